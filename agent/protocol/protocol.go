@@ -1,0 +1,258 @@
+// Package protocol holds the wire types of the OpenFlare agent API (PROTOCOL.md).
+// It has no behaviour: the agent and the test control plane share it so both
+// speak exactly the same JSON.
+package protocol
+
+import "encoding/json"
+
+// APIPrefix is the fixed path every agent call lives under (PROTOCOL 0).
+const APIPrefix = "/api/v1/agent"
+
+// TokenHeader carries the node or discovery token on every request.
+const TokenHeader = "X-Agent-Token"
+
+// Endpoint paths, relative to the server base URL.
+const (
+	PathRegister    = APIPrefix + "/nodes/register"
+	PathHeartbeat   = APIPrefix + "/nodes/heartbeat"
+	PathWebSocket   = APIPrefix + "/ws"
+	PathActive      = APIPrefix + "/config-versions/active"
+	PathApplyLogs   = APIPrefix + "/apply-logs"
+	PathIPGroupSync = APIPrefix + "/waf/ip-groups/sync"
+	// PathPagesPrefix is followed by "<project_id>/latest/hash" or ".../package".
+	PathPagesPrefix = APIPrefix + "/pages/projects/"
+)
+
+// Envelope is the JSON wrapper of every reply.
+type Envelope struct {
+	ErrorMsg string          `json:"error_msg"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// SchemaVersion is sent as NodePayload.SchemaVersion.
+const SchemaVersion = 2
+
+// NodePayload is the body of register and heartbeat, and the WS status payload (PROTOCOL 2.1).
+type NodePayload struct {
+	SchemaVersion       int               `json:"schema_version,omitempty"`
+	NodeID              string            `json:"node_id"`
+	Name                string            `json:"name"`
+	IP                  string            `json:"ip"`
+	Version             string            `json:"version"`
+	ExtVersion          string            `json:"ext_version"`
+	CurrentVersion      string            `json:"current_version"`
+	LastError           string            `json:"last_error"`
+	OpenRestyStatus     string            `json:"openresty_status"`
+	OpenRestyMessage    string            `json:"openresty_message"`
+	Profile             *Profile          `json:"profile,omitempty"`
+	HostMetrics         *HostMetrics      `json:"host_metrics,omitempty"`
+	EdgeHealth          *EdgeHealth       `json:"edge_health,omitempty"`
+	AccessLogs          []AccessLog       `json:"access_logs,omitempty"`
+	Buffered            []BufferedWindow  `json:"buffered,omitempty"`
+	HealthEvents        []HealthEvent     `json:"health_events"`
+	WAFIPGroupChecksums map[string]string `json:"waf_ip_group_checksums,omitempty"`
+}
+
+// OpenResty status values understood by the server.
+const (
+	StatusHealthy   = "healthy"
+	StatusUnhealthy = "unhealthy"
+	StatusUnknown   = "unknown"
+)
+
+// Profile describes the host; sent only when its fingerprint changes.
+type Profile struct {
+	Hostname         string `json:"hostname"`
+	OSName           string `json:"os_name"`
+	OSVersion        string `json:"os_version"`
+	KernelVersion    string `json:"kernel_version"`
+	Architecture     string `json:"architecture"`
+	CPUModel         string `json:"cpu_model"`
+	CPUCores         int    `json:"cpu_cores"`
+	TotalMemoryBytes int64  `json:"total_memory_bytes"`
+	TotalDiskBytes   int64  `json:"total_disk_bytes"`
+	UptimeSeconds    int64  `json:"uptime_seconds"`
+	ReportedAtUnix   int64  `json:"reported_at_unix"`
+}
+
+// HostMetrics are instant readings and counters of the host.
+type HostMetrics struct {
+	CapturedAtUnix    int64   `json:"captured_at_unix"`
+	CPUUsagePercent   float64 `json:"cpu_usage_percent"`
+	MemoryUsedBytes   int64   `json:"memory_used_bytes"`
+	MemoryTotalBytes  int64   `json:"memory_total_bytes"`
+	StorageUsedBytes  int64   `json:"storage_used_bytes"`
+	StorageTotalBytes int64   `json:"storage_total_bytes"`
+	DiskReadBytes     int64   `json:"disk_read_bytes"`
+	DiskWriteBytes    int64   `json:"disk_write_bytes"`
+}
+
+// EdgeHealth is the OpenResty health reading.
+type EdgeHealth struct {
+	CapturedAtUnix int64  `json:"captured_at_unix"`
+	Status         string `json:"status"`
+	Message        string `json:"message"`
+	Connections    int64  `json:"connections"`
+}
+
+// AccessLog is one access-log line.
+type AccessLog struct {
+	LoggedAtUnix  int64  `json:"logged_at_unix"`
+	RemoteAddr    string `json:"remote_addr"`
+	Host          string `json:"host"`
+	Path          string `json:"path"`
+	UserAgent     string `json:"user_agent,omitempty"`
+	CacheStatus   string `json:"cache_status,omitempty"`
+	StatusCode    int    `json:"status_code"`
+	BytesSent     int64  `json:"bytes_sent"`
+	RequestLength int64  `json:"request_length"`
+	RequestTimeMs int64  `json:"request_time_ms"`
+}
+
+// BufferedWindow is an earlier, unacknowledged observability window.
+type BufferedWindow struct {
+	CapturedAtUnix int64        `json:"captured_at_unix,omitempty"`
+	HostMetrics    *HostMetrics `json:"host_metrics,omitempty"`
+	EdgeHealth     *EdgeHealth  `json:"edge_health,omitempty"`
+	AccessLogs     []AccessLog  `json:"access_logs,omitempty"`
+}
+
+// HealthEvent is one open health condition; an empty list resolves all of them.
+type HealthEvent struct {
+	EventType       string            `json:"event_type"`
+	Severity        string            `json:"severity"`
+	Message         string            `json:"message"`
+	TriggeredAtUnix int64             `json:"triggered_at_unix"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+}
+
+// RegisterReply is E1's data. Current servers send access_token; older ones agent_token.
+type RegisterReply struct {
+	NodeID      string `json:"node_id"`
+	AccessToken string `json:"access_token,omitempty"`
+	AgentToken  string `json:"agent_token,omitempty"`
+	Name        string `json:"name,omitempty"`
+}
+
+// Token returns the node token of a register reply, whichever key carried it.
+func (r RegisterReply) Token() string {
+	if r.AccessToken != "" {
+		return r.AccessToken
+	}
+	return r.AgentToken
+}
+
+// AgentSettings are the server's settings for this node (PROTOCOL 2.2).
+type AgentSettings struct {
+	HeartbeatInterval       int    `json:"heartbeat_interval"`
+	WebsocketUpgradeEnabled bool   `json:"websocket_upgrade_enabled"`
+	AutoUpdate              bool   `json:"auto_update"`
+	UpdateRepo              string `json:"update_repo"`
+	UpdateNow               bool   `json:"update_now"`
+	UpdateChannel           string `json:"update_channel"`
+	UpdateTag               string `json:"update_tag"`
+	RestartOpenRestyNow     bool   `json:"restart_openresty_now"`
+}
+
+// ConfigRef names one published config version.
+type ConfigRef struct {
+	Version  string `json:"version"`
+	Checksum string `json:"checksum"`
+}
+
+// HeartbeatReply is E2's data.
+type HeartbeatReply struct {
+	Node          json.RawMessage `json:"node,omitempty"`
+	AgentSettings AgentSettings   `json:"agent_settings"`
+	ActiveConfig  *ConfigRef      `json:"active_config"`
+	WAFIPGroups   []WAFIPGroup    `json:"waf_ip_groups,omitempty"`
+}
+
+// SupportFile is one file shipped with a config version.
+type SupportFile struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// ActiveConfig is E4's data: the full snapshot the agent renders.
+type ActiveConfig struct {
+	Version          string        `json:"version"`
+	Checksum         string        `json:"checksum"`
+	SourceConfigJSON string        `json:"source_config_json"`
+	SupportFiles     []SupportFile `json:"support_files"`
+	CreatedAt        string        `json:"created_at"`
+}
+
+// Apply results the server accepts (PROTOCOL 8.3).
+const (
+	ResultSuccess = "success"
+	ResultWarning = "warning"
+	ResultFailed  = "failed"
+)
+
+// ApplyLog is E5's body.
+type ApplyLog struct {
+	NodeID              string `json:"node_id"`
+	Version             string `json:"version"`
+	Result              string `json:"result"`
+	Message             string `json:"message"`
+	Checksum            string `json:"checksum"`
+	MainConfigChecksum  string `json:"main_config_checksum"`
+	RouteConfigChecksum string `json:"route_config_checksum"`
+	SupportFileCount    int    `json:"support_file_count"`
+}
+
+// ApplyLogRecord is E5's reply data: the stored row.
+type ApplyLogRecord struct {
+	ID int64 `json:"id"`
+	ApplyLog
+	CreatedAt string `json:"created_at"`
+}
+
+// WAFIPGroup is one IP group with its membership (PROTOCOL 7.1).
+type WAFIPGroup struct {
+	ID       uint     `json:"id"`
+	Name     string   `json:"name"`
+	Type     string   `json:"type"`
+	Enabled  bool     `json:"enabled"`
+	IPList   []string `json:"ip_list"`
+	Checksum string   `json:"checksum"`
+}
+
+// IPGroupSyncRequest is E6's body.
+type IPGroupSyncRequest struct {
+	IDs       []uint            `json:"ids"`
+	Checksums map[string]string `json:"checksums"`
+}
+
+// IPGroupSyncReply is E6's data.
+type IPGroupSyncReply struct {
+	Groups []WAFIPGroup `json:"groups"`
+}
+
+// PagesMeta is E7's data.
+type PagesMeta struct {
+	ProjectID    uint   `json:"project_id"`
+	DeploymentID uint   `json:"deployment_id"`
+	Hash         string `json:"hash"`
+	PackageSize  int64  `json:"package_size"`
+	FileCount    int    `json:"file_count"`
+	TotalSize    int64  `json:"total_size"`
+}
+
+// WebSocket message types (PROTOCOL 3.3).
+const (
+	WSStatus          = "status"
+	WSPing            = "ping"
+	WSPong            = "pong"
+	WSSettings        = "settings"
+	WSActiveConfig    = "active_config"
+	WSForceSyncConfig = "force_sync_config"
+	WSWAFIPGroups     = "waf_ip_groups"
+)
+
+// WSMessage is one WebSocket text frame.
+type WSMessage struct {
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}

@@ -1,0 +1,161 @@
+// Package nstest runs a test binary inside private user, network, PID and mount
+// namespaces, so tests can bind ports 80/443, start a real nginx and talk to it
+// over loopback without root, without touching the host's ports and without
+// clashing with test packages running in parallel.
+//
+// A package opts in from TestMain:
+//
+//	func TestMain(m *testing.M) { nstest.Main(m) }
+//
+// The binary re-executes itself twice: a first copy becomes PID 1 of the new
+// PID namespace and only reaps orphans (nginx daemonises, so its master is
+// re-parented there); a second copy runs the tests. When the tests end, PID 1
+// exits and the kernel kills whatever is left in the namespace, so a crashed
+// or timed-out test never leaves an nginx behind.
+package nstest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	roleEnv  = "OPENFLARE_NSTEST_ROLE"
+	roleInit = "init"
+	roleRun  = "run"
+)
+
+// Inside reports whether this process runs inside the test namespaces.
+func Inside() bool { return os.Getenv(roleEnv) == roleRun }
+
+// Main runs m inside the namespaces and exits with its code.
+func Main(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case roleRun:
+		os.Exit(m.Run())
+	case roleInit:
+		os.Exit(initMain())
+	default:
+		os.Exit(spawnInit())
+	}
+}
+
+// spawnInit starts PID 1 of fresh user/net/pid/mount namespaces, mapping the
+// caller's uid and gid to root inside.
+func spawnInit() int {
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleInit)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	// go test's timeout signals the process group; pass interrupts on so the
+	// namespace winds down instead of being orphaned.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "nstest: cannot create user/network namespaces (unprivileged user namespaces must be enabled): %v\n", err)
+		return 2
+	}
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nstest: %v\n", err)
+		return 2
+	}
+	return 0
+}
+
+// initMain is PID 1: it prepares the namespaces, starts the test runner and
+// reaps every child until the runner exits.
+func initMain() int {
+	if err := setupNamespaces(); err != nil {
+		fmt.Fprintf(os.Stderr, "nstest: %v\n", err)
+		return 2
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleRun)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "nstest: start runner: %v\n", err)
+		return 2
+	}
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	runner := cmd.Process.Pid
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nstest: wait: %v\n", err)
+			return 2
+		}
+		if pid != runner {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
+}
+
+// setupNamespaces brings loopback up and mounts a /proc that shows this PID
+// namespace, so pid files and /proc/<pid> agree for the agent and nginx.
+func setupNamespaces() error {
+	if err := linkUp("lo"); err != nil {
+		return fmt.Errorf("bring loopback up: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc for the PID namespace: %w", err)
+	}
+	return nil
+}
+
+func linkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
