@@ -1,0 +1,42 @@
+# openflare-agent: build, test and demo on a fresh Debian machine.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+GOBUILD := CGO_ENABLED=0 go build -trimpath -ldflags='$(LDFLAGS)'
+
+# Debian packages the tests and the demo need: a real nginx with the Lua
+# module stands in for OpenResty; unshare comes from util-linux.
+DEB_PACKAGES := nginx libnginx-mod-http-lua lua-resty-core lua-cjson util-linux iproute2 ca-certificates curl git
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build deps test vet demo clean
+
+all: build
+
+build:
+	$(GOBUILD) -o bin/openflare-agent .
+
+# Idempotent: installs only what is missing.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+	@command -v go >/dev/null || { echo "Go is not installed (expected at /usr/local/go/bin)"; exit 1; }
+	go mod download
+
+vet:
+	go vet ./...
+
+test: vet
+	go test -race -timeout 14m ./...
+
+demo: deps build
+	go run ./testing/demo
+
+clean:
+	rm -rf bin dist .demo

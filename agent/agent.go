@@ -1,0 +1,140 @@
+// Package agent is the run loop: start-up order, the channels to the
+// server, and shutdown. Each long-running loop owns one goroutine and stops
+// when its context is cancelled; nginx is never stopped on exit.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/config"
+	"github.com/openflare/openflare-agent/agent/controlplane"
+	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/nginx"
+	"github.com/openflare/openflare-agent/agent/nodeip"
+	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/agent/sync"
+)
+
+// Options wire an agent.
+type Options struct {
+	Config  *config.Config
+	Version string // the agent's build version, sent as NodePayload.version
+	// Fallback is the embedded fallback.conf.
+	Fallback string
+	Log      *slog.Logger
+}
+
+// Agent is one running agent.
+type Agent struct {
+	cfg     *config.Config
+	version string
+	log     *slog.Logger
+	store   *state.Store
+	cp      *controlplane.Client
+	caps    *nginx.Caps
+	syncer  *sync.Syncer
+	ip      *nodeip.Detector
+
+	interval atomic.Int64 // time.Duration: the server's heartbeat_interval once known
+	syncs    chan syncRequest
+}
+
+// New opens local state and probes nginx; it does not talk to the server.
+func New(ctx context.Context, o Options) (*Agent, error) {
+	cfg := o.Config
+	store, err := state.Open(cfg.StatePath, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	if store.Get().NodeID == "" {
+		// A placeholder until registration returns the server's id, as
+		// upstream does; the server ignores the node_id we send anyway.
+		b := make([]byte, 8)
+		rand.Read(b)
+		if err := store.Update(func(s *state.State) { s.NodeID = "node-" + hex.EncodeToString(b) }); err != nil {
+			return nil, err
+		}
+	}
+	token := cfg.AgentToken
+	if token == "" {
+		token = cfg.DiscoveryToken
+	}
+	a := &Agent{
+		cfg:     cfg,
+		version: o.Version,
+		log:     o.Log,
+		store:   store,
+		cp:      controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
+		ip:      nodeip.New(),
+		syncs:   make(chan syncRequest, 1),
+	}
+	a.interval.Store(int64(cfg.HeartbeatInterval))
+	paths := landing.FromConfig(cfg)
+	stateDir := filepath.Dir(cfg.StatePath)
+	a.syncer = &sync.Syncer{
+		CP:         a.cp,
+		Store:      store,
+		Paths:      paths,
+		Fallback:   o.Fallback,
+		BackupDir:  filepath.Join(stateDir, "apply-backup"),
+		StagingDir: filepath.Join(stateDir, "apply-staging"),
+		Log:        o.Log,
+	}
+	caps, err := nginx.Probe(ctx, cfg.OpenRestyPath)
+	if err != nil {
+		o.Log.Error("nginx binary not usable; applies will fail until it is installed", "err", err)
+		a.syncer.ProbeErr = err.Error()
+		return a, nil
+	}
+	a.caps = caps
+	adapter := &nginx.Adapter{Caps: caps, Host: nginx.CurrentHost()}
+	a.syncer.Adapter = adapter
+	a.syncer.Ctl = &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: o.Log}
+	o.Log.Info("nginx found", "binary", caps.Binary, "caps", caps.Summary())
+	for _, n := range adapter.Notes() {
+		o.Log.Info("nginx adaptation", "note", n)
+	}
+	return a, nil
+}
+
+// Run starts nginx from the last landed config, registers when needed, and
+// then keeps the channels to the server until ctx is cancelled. It never
+// returns because the server is unreachable.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.syncer.Boot(ctx); err != nil {
+		a.log.Error("start from the landed config", "err", err)
+	}
+	if a.cfg.AgentToken == "" {
+		if err := a.register(ctx); err != nil {
+			return err
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.syncLoop(ctx)
+	}()
+	a.heartbeatLoop(ctx)
+	<-done
+	a.cp.CloseIdle()
+	a.log.Info("agent stopped; nginx left running")
+	return nil
+}
+
+// sleep waits d or until ctx ends; it reports whether to go on.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

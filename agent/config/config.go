@@ -1,0 +1,476 @@
+// Package config loads agent.json (PROTOCOL 1.1): the file, then OPENFLARE_*
+// environment overrides, then defaults relative to data_dir, then validation.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the resolved agent configuration.
+type Config struct {
+	// Path is the agent.json this configuration came from; it may not exist
+	// when the agent runs from environment variables alone.
+	Path string
+
+	ServerURL      string
+	AgentToken     string
+	DiscoveryToken string
+	NodeName       string
+	// NodeIP is empty when it is to be detected (PROTOCOL 12.4).
+	NodeIP        string
+	OpenRestyPath string
+	// OpenRestyResolvers is read and kept for compatibility; the resolvers
+	// that count come from the server's openresty_config.
+	OpenRestyResolvers []string
+
+	DataDir             string
+	MainConfigPath      string
+	RouteConfigPath     string
+	AccessLogPath       string
+	CertDir             string
+	OpenRestyCertDir    string
+	LuaDir              string
+	OpenRestyLuaDir     string
+	RuntimeConfigDir    string
+	PagesDir            string
+	MMDBPath            string
+	CityMMDBPath        string
+	MMDBUpdateInterval  time.Duration
+	MMDBDownloadURL     string
+	CityMMDBDownloadURL string
+
+	ObservabilityPort          int
+	ObservabilityBufferPath    string
+	ObservabilityReplayMinutes int
+	StatePath                  string
+	HeartbeatInterval          time.Duration
+	RequestTimeout             time.Duration
+}
+
+// Defaults that do not depend on data_dir.
+const (
+	DefaultOpenRestyPath       = "openresty"
+	DefaultObservabilityPort   = 18081
+	DefaultReplayMinutes       = 60
+	DefaultHeartbeatInterval   = 3 * time.Second
+	DefaultRequestTimeout      = 10 * time.Second
+	DefaultMMDBUpdateInterval  = 24 * time.Hour
+	DefaultMMDBDownloadURL     = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-Country.mmdb"
+	DefaultCityMMDBDownloadURL = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-City.mmdb"
+)
+
+// file mirrors agent.json. Pointers tell "absent" from "zero"; durations are
+// raw so both forms (integer ms, Go duration string) can be read.
+type file struct {
+	ServerURL                  *string         `json:"server_url"`
+	AgentToken                 *string         `json:"agent_token"`
+	DiscoveryToken             *string         `json:"discovery_token"`
+	NodeName                   *string         `json:"node_name"`
+	NodeIP                     *string         `json:"node_ip"`
+	OpenRestyPath              *string         `json:"openresty_path"`
+	OpenRestyResolvers         json.RawMessage `json:"openresty_resolvers"`
+	DataDir                    *string         `json:"data_dir"`
+	MainConfigPath             *string         `json:"main_config_path"`
+	RouteConfigPath            *string         `json:"route_config_path"`
+	AccessLogPath              *string         `json:"access_log_path"`
+	CertDir                    *string         `json:"cert_dir"`
+	OpenRestyCertDir           *string         `json:"openresty_cert_dir"`
+	LuaDir                     *string         `json:"lua_dir"`
+	OpenRestyLuaDir            *string         `json:"openresty_lua_dir"`
+	RuntimeConfigDir           *string         `json:"runtime_config_dir"`
+	PagesDir                   *string         `json:"pages_dir"`
+	MMDBPath                   *string         `json:"mmdb_path"`
+	CityMMDBPath               *string         `json:"city_mmdb_path"`
+	MMDBUpdateInterval         json.RawMessage `json:"mmdb_update_interval"`
+	MMDBDownloadURL            *string         `json:"mmdb_download_url"`
+	CityMMDBDownloadURL        *string         `json:"city_mmdb_download_url"`
+	ObservabilityPort          json.RawMessage `json:"openresty_observability_port"`
+	ObservabilityBufferPath    *string         `json:"observability_buffer_path"`
+	ObservabilityReplayMinutes json.RawMessage `json:"observability_replay_minutes"`
+	StatePath                  *string         `json:"state_path"`
+	HeartbeatInterval          json.RawMessage `json:"heartbeat_interval"`
+	RequestTimeout             json.RawMessage `json:"request_timeout"`
+}
+
+// Env lists every environment override, in PROTOCOL 1.1 order.
+var Env = []string{
+	"OPENFLARE_SERVER_URL",
+	"OPENFLARE_AGENT_TOKEN",
+	"OPENFLARE_DISCOVERY_TOKEN",
+	"OPENFLARE_NODE_NAME",
+	"OPENFLARE_NODE_IP",
+	"OPENFLARE_OPENRESTY_PATH",
+	"OPENFLARE_DATA_DIR",
+	"OPENFLARE_PAGES_DIR",
+	"OPENFLARE_MMDB_PATH",
+	"OPENFLARE_CITY_MMDB_PATH",
+	"OPENFLARE_MMDB_UPDATE_INTERVAL",
+	"OPENFLARE_MMDB_DOWNLOAD_URL",
+	"OPENFLARE_CITY_MMDB_DOWNLOAD_URL",
+	"OPENFLARE_OPENRESTY_OBSERVABILITY_PORT",
+	"OPENFLARE_HEARTBEAT_INTERVAL",
+	"OPENFLARE_REQUEST_TIMEOUT",
+}
+
+// Load reads path, applies the environment (getenv, usually os.Getenv),
+// fills defaults and validates. Warnings (e.g. unknown keys) do not fail the
+// load. Errors name the key and the bad value, never a token.
+func Load(path string, getenv func(string) string) (*Config, []string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var f file
+	var warnings []string
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if !anyEnv(getenv) {
+			return nil, nil, fmt.Errorf("config %s: file not found and no OPENFLARE_* environment variable set", path)
+		}
+	case err != nil:
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
+	default:
+		if err := decodeStrict(data, &f); err != nil {
+			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		unknown, err := unknownKeys(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		for _, k := range unknown {
+			warnings = append(warnings, fmt.Sprintf("config %s: unknown key %q ignored", path, k))
+		}
+	}
+	c, err := resolve(path, &f, getenv)
+	if err != nil {
+		return nil, warnings, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, warnings, nil
+}
+
+func anyEnv(getenv func(string) string) bool {
+	for _, k := range Env {
+		if strings.TrimSpace(getenv(k)) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeStrict decodes agent.json, turning type errors into messages that
+// name the key. Token values never appear: type errors carry no value.
+func decodeStrict(data []byte, f *file) error {
+	if err := json.Unmarshal(data, f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("key %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("invalid JSON at byte %d: %v", se.Offset, se)
+		}
+		return fmt.Errorf("invalid JSON: %v", err)
+	}
+	return nil
+}
+
+func unknownKeys(data []byte) ([]string, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %v", err)
+	}
+	known := map[string]bool{}
+	for _, k := range jsonKeys() {
+		known[k] = true
+	}
+	var out []string
+	for k := range raw {
+		if !known[k] {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func resolve(path string, f *file, getenv func(string) string) (*Config, error) {
+	env := func(k string) (string, bool) {
+		v := strings.TrimSpace(getenv(k))
+		return v, v != ""
+	}
+	str := func(p *string, envKey string) string {
+		var v string
+		if p != nil {
+			v = strings.TrimSpace(*p)
+		}
+		if envKey != "" {
+			if e, ok := env(envKey); ok {
+				v = e
+			}
+		}
+		return v
+	}
+	c := &Config{Path: path}
+	c.ServerURL = strings.TrimRight(str(f.ServerURL, "OPENFLARE_SERVER_URL"), "/")
+	c.AgentToken = str(f.AgentToken, "OPENFLARE_AGENT_TOKEN")
+	c.DiscoveryToken = str(f.DiscoveryToken, "OPENFLARE_DISCOVERY_TOKEN")
+	c.NodeName = str(f.NodeName, "OPENFLARE_NODE_NAME")
+	c.NodeIP = str(f.NodeIP, "OPENFLARE_NODE_IP")
+	c.OpenRestyPath = str(f.OpenRestyPath, "OPENFLARE_OPENRESTY_PATH")
+	if c.OpenRestyPath == "" {
+		c.OpenRestyPath = DefaultOpenRestyPath
+	}
+	resolvers, err := parseResolvers(f.OpenRestyResolvers)
+	if err != nil {
+		return nil, err
+	}
+	c.OpenRestyResolvers = resolvers
+	if c.NodeName == "" {
+		h, _ := os.Hostname()
+		c.NodeName = strings.TrimSpace(h)
+	}
+
+	c.DataDir = str(f.DataDir, "OPENFLARE_DATA_DIR")
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join(filepath.Dir(path), "data")
+	}
+	dd := func(p *string, envKey string, def ...string) string {
+		if v := str(p, envKey); v != "" {
+			return v
+		}
+		return filepath.Join(append([]string{c.DataDir}, def...)...)
+	}
+	c.MainConfigPath = dd(f.MainConfigPath, "", "etc", "nginx", "nginx.conf")
+	c.RouteConfigPath = dd(f.RouteConfigPath, "", "etc", "nginx", "conf.d", "openflare_routes.conf")
+	c.AccessLogPath = dd(f.AccessLogPath, "", "var", "log", "openflare", "access.log")
+	c.CertDir = dd(f.CertDir, "", "etc", "nginx", "certs")
+	c.OpenRestyCertDir = str(f.OpenRestyCertDir, "")
+	if c.OpenRestyCertDir == "" {
+		c.OpenRestyCertDir = c.CertDir
+	}
+	c.LuaDir = dd(f.LuaDir, "", "etc", "nginx", "lua")
+	c.OpenRestyLuaDir = str(f.OpenRestyLuaDir, "")
+	if c.OpenRestyLuaDir == "" {
+		c.OpenRestyLuaDir = c.LuaDir
+	}
+	c.RuntimeConfigDir = dd(f.RuntimeConfigDir, "", "etc", "openflare")
+	c.PagesDir = dd(f.PagesDir, "OPENFLARE_PAGES_DIR", "var", "lib", "openflare", "pages")
+	c.MMDBPath = dd(f.MMDBPath, "OPENFLARE_MMDB_PATH", "etc", "openflare", "GeoLite2-Country.mmdb")
+	c.CityMMDBPath = dd(f.CityMMDBPath, "OPENFLARE_CITY_MMDB_PATH", "etc", "openflare", "GeoLite2-City.mmdb")
+	c.MMDBDownloadURL = str(f.MMDBDownloadURL, "OPENFLARE_MMDB_DOWNLOAD_URL")
+	if c.MMDBDownloadURL == "" {
+		c.MMDBDownloadURL = DefaultMMDBDownloadURL
+	}
+	c.CityMMDBDownloadURL = str(f.CityMMDBDownloadURL, "OPENFLARE_CITY_MMDB_DOWNLOAD_URL")
+	if c.CityMMDBDownloadURL == "" {
+		c.CityMMDBDownloadURL = DefaultCityMMDBDownloadURL
+	}
+	c.ObservabilityBufferPath = dd(f.ObservabilityBufferPath, "", "var", "lib", "openflare", "observability-buffer.json")
+	c.StatePath = dd(f.StatePath, "", "var", "lib", "openflare", "agent-state.json")
+
+	durations := []struct {
+		key, envKey string
+		raw         json.RawMessage
+		dst         *time.Duration
+		def         time.Duration
+	}{
+		{"mmdb_update_interval", "OPENFLARE_MMDB_UPDATE_INTERVAL", f.MMDBUpdateInterval, &c.MMDBUpdateInterval, DefaultMMDBUpdateInterval},
+		{"heartbeat_interval", "OPENFLARE_HEARTBEAT_INTERVAL", f.HeartbeatInterval, &c.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"request_timeout", "OPENFLARE_REQUEST_TIMEOUT", f.RequestTimeout, &c.RequestTimeout, DefaultRequestTimeout},
+	}
+	for _, d := range durations {
+		v, set, err := durationValue(d.raw, d.envKey, env)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", d.key, err)
+		}
+		if !set {
+			v = d.def
+		}
+		if v <= 0 {
+			return nil, fmt.Errorf("key %q: must be positive, got %s", d.key, v)
+		}
+		*d.dst = v
+	}
+
+	port, set, err := intValue(f.ObservabilityPort, "OPENFLARE_OPENRESTY_OBSERVABILITY_PORT", env)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", "openresty_observability_port", err)
+	}
+	if !set {
+		port = DefaultObservabilityPort
+	}
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("key %q: must be 1-65535, got %d", "openresty_observability_port", port)
+	}
+	c.ObservabilityPort = int(port)
+	minutes, set, err := intValue(f.ObservabilityReplayMinutes, "", env)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", "observability_replay_minutes", err)
+	}
+	if !set {
+		minutes = DefaultReplayMinutes
+	}
+	if minutes <= 0 {
+		return nil, fmt.Errorf("key %q: must be positive, got %d", "observability_replay_minutes", minutes)
+	}
+	c.ObservabilityReplayMinutes = int(minutes)
+
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	if c.ServerURL == "" {
+		return fmt.Errorf("key %q: required", "server_url")
+	}
+	if err := checkServerURL(c.ServerURL); err != nil {
+		return fmt.Errorf("key %q: %w", "server_url", err)
+	}
+	if c.AgentToken == "" && c.DiscoveryToken == "" {
+		return fmt.Errorf("keys %q and %q: at least one token is required", "agent_token", "discovery_token")
+	}
+	if c.NodeName == "" {
+		return fmt.Errorf("key %q: empty and the hostname is unknown", "node_name")
+	}
+	if c.NodeIP != "" && !validIP(c.NodeIP) {
+		return fmt.Errorf("key %q: %q is not an IP address", "node_ip", c.NodeIP)
+	}
+	return nil
+}
+
+// checkServerURL refuses anything but a plain http(s) base URL: the token
+// travels in a header, so credentials in the URL would be a second secret in
+// a place that gets logged.
+func checkServerURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme of %q must be http or https", redactURL(u))
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q must not carry credentials", redactURL(u))
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q must not carry a query or fragment", redactURL(u))
+	}
+	return nil
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		c.User = url.User("xxxxx")
+	}
+	c.RawQuery = ""
+	return c.String()
+}
+
+// durationValue reads an integer number of milliseconds or a Go duration
+// string from the environment (which wins) or the file.
+func durationValue(raw json.RawMessage, envKey string, env func(string) (string, bool)) (time.Duration, bool, error) {
+	if envKey != "" {
+		if v, ok := env(envKey); ok {
+			d, err := parseDuration(v)
+			if err != nil {
+				return 0, false, fmt.Errorf("environment %s: %w", envKey, err)
+			}
+			return d, true, nil
+		}
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, false, err
+		}
+		d, err := parseDuration(s)
+		return d, true, err
+	}
+	d, err := parseDuration(string(raw))
+	return d, true, err
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if ms > int64(365*24*time.Hour/time.Millisecond) || ms < 0 {
+			return 0, fmt.Errorf("%s ms is out of range", s)
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither milliseconds nor a duration like \"30s\"", s)
+	}
+	return d, nil
+}
+
+func intValue(raw json.RawMessage, envKey string, env func(string) (string, bool)) (int64, bool, error) {
+	if envKey != "" {
+		if v, ok := env(envKey); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("environment %s: %q is not an integer", envKey, v)
+			}
+			return n, true, nil
+		}
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s is not an integer", raw)
+	}
+	return n, true, nil
+}
+
+// parseResolvers accepts a list or a whitespace/comma separated string and
+// de-duplicates it, as upstream does.
+func parseResolvers(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var items []string
+	var one string
+	if err := json.Unmarshal(raw, &items); err != nil {
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return nil, fmt.Errorf("key %q: expected a list of strings or a string", "openresty_resolvers")
+		}
+		items = []string{one}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		for _, f := range strings.FieldsFunc(it, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out, nil
+}

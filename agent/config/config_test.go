@@ -1,0 +1,220 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agent.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func noEnv(string) string { return "" }
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaultsRelativeToDataDir(t *testing.T) {
+	path := writeConfig(t, `{"server_url":"https://cp.example/of/","agent_token":"tok-123456789","node_name":"edge-1"}`)
+	c, warns, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Fatalf("warnings: %v", warns)
+	}
+	dd := filepath.Join(filepath.Dir(path), "data")
+	want := map[string]string{
+		"server_url":                "https://cp.example/of",
+		"data_dir":                  dd,
+		"main_config_path":          dd + "/etc/nginx/nginx.conf",
+		"route_config_path":         dd + "/etc/nginx/conf.d/openflare_routes.conf",
+		"access_log_path":           dd + "/var/log/openflare/access.log",
+		"cert_dir":                  dd + "/etc/nginx/certs",
+		"openresty_cert_dir":        dd + "/etc/nginx/certs",
+		"lua_dir":                   dd + "/etc/nginx/lua",
+		"openresty_lua_dir":         dd + "/etc/nginx/lua",
+		"runtime_config_dir":        dd + "/etc/openflare",
+		"pages_dir":                 dd + "/var/lib/openflare/pages",
+		"mmdb_path":                 dd + "/etc/openflare/GeoLite2-Country.mmdb",
+		"city_mmdb_path":            dd + "/etc/openflare/GeoLite2-City.mmdb",
+		"observability_buffer_path": dd + "/var/lib/openflare/observability-buffer.json",
+		"state_path":                dd + "/var/lib/openflare/agent-state.json",
+	}
+	got := map[string]string{
+		"server_url": c.ServerURL, "data_dir": c.DataDir, "main_config_path": c.MainConfigPath,
+		"route_config_path": c.RouteConfigPath, "access_log_path": c.AccessLogPath, "cert_dir": c.CertDir,
+		"openresty_cert_dir": c.OpenRestyCertDir, "lua_dir": c.LuaDir, "openresty_lua_dir": c.OpenRestyLuaDir,
+		"runtime_config_dir": c.RuntimeConfigDir, "pages_dir": c.PagesDir, "mmdb_path": c.MMDBPath,
+		"city_mmdb_path": c.CityMMDBPath, "observability_buffer_path": c.ObservabilityBufferPath, "state_path": c.StatePath,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if c.HeartbeatInterval != 3*time.Second || c.RequestTimeout != 10*time.Second || c.MMDBUpdateInterval != 24*time.Hour {
+		t.Errorf("durations %v %v %v", c.HeartbeatInterval, c.RequestTimeout, c.MMDBUpdateInterval)
+	}
+	if c.ObservabilityPort != 18081 || c.ObservabilityReplayMinutes != 60 || c.OpenRestyPath != "openresty" {
+		t.Errorf("port %d minutes %d path %q", c.ObservabilityPort, c.ObservabilityReplayMinutes, c.OpenRestyPath)
+	}
+}
+
+func TestRelativeConfigPathGivesRelativeDataDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	os.WriteFile("agent.json", []byte(`{"server_url":"http://127.0.0.1:1","agent_token":"x"}`), 0o600)
+	c, _, err := Load("agent.json", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "data" || c.StatePath != "data/var/lib/openflare/agent-state.json" {
+		t.Fatalf("data_dir %q state %q", c.DataDir, c.StatePath)
+	}
+}
+
+func TestDurationForms(t *testing.T) {
+	path := writeConfig(t, `{"server_url":"http://h","agent_token":"x","heartbeat_interval":30000,"request_timeout":"1500ms","mmdb_update_interval":"2h"}`)
+	c, _, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatInterval != 30*time.Second || c.RequestTimeout != 1500*time.Millisecond || c.MMDBUpdateInterval != 2*time.Hour {
+		t.Fatalf("%v %v %v", c.HeartbeatInterval, c.RequestTimeout, c.MMDBUpdateInterval)
+	}
+	c, _, err = Load(path, envOf(map[string]string{"OPENFLARE_HEARTBEAT_INTERVAL": " 5s ", "OPENFLARE_REQUEST_TIMEOUT": "250"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatInterval != 5*time.Second || c.RequestTimeout != 250*time.Millisecond {
+		t.Fatalf("env durations %v %v", c.HeartbeatInterval, c.RequestTimeout)
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	path := writeConfig(t, `{"server_url":"http://file","agent_token":"filetok","node_name":"file"}`)
+	env := map[string]string{
+		"OPENFLARE_SERVER_URL":                   "https://env.example",
+		"OPENFLARE_AGENT_TOKEN":                  "envtok",
+		"OPENFLARE_DISCOVERY_TOKEN":              "disc",
+		"OPENFLARE_NODE_NAME":                    "env-node",
+		"OPENFLARE_NODE_IP":                      "198.51.100.7",
+		"OPENFLARE_OPENRESTY_PATH":               "/usr/sbin/nginx",
+		"OPENFLARE_DATA_DIR":                     "/srv/of",
+		"OPENFLARE_PAGES_DIR":                    "/srv/pages",
+		"OPENFLARE_MMDB_PATH":                    "/srv/c.mmdb",
+		"OPENFLARE_CITY_MMDB_PATH":               "/srv/city.mmdb",
+		"OPENFLARE_MMDB_UPDATE_INTERVAL":         "3600000",
+		"OPENFLARE_MMDB_DOWNLOAD_URL":            "https://m/c",
+		"OPENFLARE_CITY_MMDB_DOWNLOAD_URL":       "https://m/city",
+		"OPENFLARE_OPENRESTY_OBSERVABILITY_PORT": "18999",
+		"OPENFLARE_HEARTBEAT_INTERVAL":           "1s",
+		"OPENFLARE_REQUEST_TIMEOUT":              "2s",
+		"OPENFLARE_UNRELATED":                    "ignored",
+	}
+	c, _, err := Load(path, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ got, want string }{
+		{c.ServerURL, "https://env.example"}, {c.AgentToken, "envtok"}, {c.DiscoveryToken, "disc"},
+		{c.NodeName, "env-node"}, {c.NodeIP, "198.51.100.7"}, {c.OpenRestyPath, "/usr/sbin/nginx"},
+		{c.DataDir, "/srv/of"}, {c.MainConfigPath, "/srv/of/etc/nginx/nginx.conf"}, {c.PagesDir, "/srv/pages"},
+		{c.MMDBPath, "/srv/c.mmdb"}, {c.CityMMDBPath, "/srv/city.mmdb"}, {c.MMDBDownloadURL, "https://m/c"},
+		{c.CityMMDBDownloadURL, "https://m/city"},
+	}
+	for i, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("check %d: got %q want %q", i, ch.got, ch.want)
+		}
+	}
+	if c.ObservabilityPort != 18999 || c.MMDBUpdateInterval != time.Hour || c.HeartbeatInterval != time.Second || c.RequestTimeout != 2*time.Second {
+		t.Errorf("numbers: %d %v %v %v", c.ObservabilityPort, c.MMDBUpdateInterval, c.HeartbeatInterval, c.RequestTimeout)
+	}
+	if len(Env) != 16 {
+		t.Fatalf("PROTOCOL 1.1 lists 16 overrides, have %d", len(Env))
+	}
+}
+
+func TestEnvOnlyWithoutFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing.json")
+	if _, _, err := Load(path, noEnv); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("missing file without env: %v", err)
+	}
+	c, _, err := Load(path, envOf(map[string]string{"OPENFLARE_SERVER_URL": "http://h", "OPENFLARE_DISCOVERY_TOKEN": "d"}))
+	if err != nil || c.DiscoveryToken != "d" {
+		t.Fatalf("env only: %v %+v", err, c)
+	}
+}
+
+func TestUnknownKeysWarn(t *testing.T) {
+	path := writeConfig(t, `{"server_url":"http://h","agent_token":"x","heartbeat_intervall":5,"zzz":1}`)
+	_, warns, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 2 || !strings.Contains(warns[0], `"heartbeat_intervall"`) || !strings.Contains(warns[1], `"zzz"`) {
+		t.Fatalf("warnings %v", warns)
+	}
+}
+
+func TestValidationNamesKeyAndValue(t *testing.T) {
+	const secret = "SECRET-TOKEN-abcdef0123456789"
+	cases := []struct{ body, want string }{
+		{`{"agent_token":"` + secret + `"}`, `"server_url": required`},
+		{`{"server_url":"ftp://h","agent_token":"` + secret + `"}`, `scheme of "ftp://h" must be http or https`},
+		{`{"server_url":"ws://h","agent_token":"` + secret + `"}`, `must be http or https`},
+		{`{"server_url":"https://user:pw@h","agent_token":"` + secret + `"}`, `must not carry credentials`},
+		{`{"server_url":"http://h"}`, `at least one token is required`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `","openresty_observability_port":70000}`, `"openresty_observability_port": must be 1-65535, got 70000`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `","observability_replay_minutes":0}`, `"observability_replay_minutes": must be positive, got 0`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `","heartbeat_interval":"fast"}`, `"heartbeat_interval": "fast" is neither milliseconds nor a duration`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `","mmdb_update_interval":-5}`, `"mmdb_update_interval"`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `","node_ip":"not-an-ip"}`, `"node_ip": "not-an-ip" is not an IP address`},
+		{`{"server_url":"http://h","agent_token":12345}`, `key "agent_token": expected string, got JSON number`},
+		{`{"server_url":"http://h","agent_token":"` + secret + `",}`, `invalid JSON`},
+	}
+	for _, tc := range cases {
+		_, _, err := Load(writeConfig(t, tc.body), noEnv)
+		if err == nil {
+			t.Errorf("%s: no error", tc.body)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not contain %q", tc.body, err, tc.want)
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "pw") {
+			t.Errorf("error leaks a secret: %q", err)
+		}
+	}
+}
+
+func TestDescribeMasksTokens(t *testing.T) {
+	path := writeConfig(t, `{"server_url":"http://h","agent_token":"0123456789abcdef","discovery_token":"fedcba9876543210"}`)
+	c, _, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Describe()
+	if strings.Contains(d, "0123456789abcdef") || strings.Contains(d, "fedcba9876543210") {
+		t.Fatalf("Describe leaks a token:\n%s", d)
+	}
+	if !strings.Contains(d, "agent_token") || !strings.Contains(d, "0123****") {
+		t.Fatalf("Describe:\n%s", d)
+	}
+	for _, k := range jsonKeys() {
+		if !strings.Contains(d, k+" ") {
+			t.Errorf("Describe misses %s", k)
+		}
+	}
+}

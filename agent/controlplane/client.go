@@ -1,0 +1,215 @@
+// Package controlplane is the agent's HTTP client for the OpenFlare Server
+// (PROTOCOL 0, E1, E2, E4–E6). Every call goes under /api/v1/agent with the
+// X-Agent-Token header, every reply is size-capped, and no error text ever
+// carries the token.
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+// Reply caps. Heartbeat and IP-group replies carry up to 20 MiB of IP groups.
+const (
+	CapSmall     = 1 << 20
+	CapIPGroups  = 32 << 20
+	CapActive    = 64 << 20
+	capErrorBody = 64 << 10
+)
+
+// Client talks to one control plane.
+type Client struct {
+	base    string
+	http    *http.Client
+	agentUA string
+
+	mu    sync.RWMutex
+	token string
+}
+
+// New returns a client for baseURL (already validated: http or https, no
+// credentials) sending token. timeout bounds each whole request.
+func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          2,
+		ForceAttemptHTTP2:     true,
+	}
+	return &Client{
+		base:    strings.TrimRight(baseURL, "/"),
+		http:    &http.Client{Timeout: timeout, Transport: tr},
+		agentUA: "openflare-agent/" + agentVersion,
+		token:   token,
+	}
+}
+
+// SetToken switches the token used from now on (after registration).
+func (c *Client) SetToken(tok string) {
+	c.mu.Lock()
+	c.token = tok
+	c.mu.Unlock()
+}
+
+// Token returns the token in use.
+func (c *Client) Token() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.token
+}
+
+// BaseURL returns the server base URL.
+func (c *Client) BaseURL() string { return c.base }
+
+// CloseIdle drops idle keep-alive connections.
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// Error is a failed call: a non-200 status or a 200 whose envelope carries
+// error_msg.
+type Error struct {
+	Endpoint string // e.g. "heartbeat"
+	Status   int
+	Message  string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("%s: HTTP %d %s", e.Endpoint, e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Endpoint, e.Status, e.Message)
+}
+
+// IsUnauthorized reports whether err is a 401 from the server.
+func IsUnauthorized(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
+}
+
+// ErrTooLarge marks a reply over its cap.
+var ErrTooLarge = errors.New("reply too large")
+
+// Register is E1: register with the discovery token (or re-register).
+func (c *Client) Register(ctx context.Context, p *protocol.NodePayload) (protocol.RegisterReply, error) {
+	var r protocol.RegisterReply
+	err := c.do(ctx, "register", http.MethodPost, protocol.PathRegister, p, &r, CapSmall)
+	return r, err
+}
+
+// Heartbeat is E2.
+func (c *Client) Heartbeat(ctx context.Context, p *protocol.NodePayload) (protocol.HeartbeatReply, error) {
+	var r protocol.HeartbeatReply
+	err := c.do(ctx, "heartbeat", http.MethodPost, protocol.PathHeartbeat, p, &r, CapIPGroups)
+	return r, err
+}
+
+// ActiveConfig is E4.
+func (c *Client) ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error) {
+	var r protocol.ActiveConfig
+	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, CapActive)
+	return r, err
+}
+
+// ApplyLog is E5.
+func (c *Client) ApplyLog(ctx context.Context, l *protocol.ApplyLog) (protocol.ApplyLogRecord, error) {
+	var r protocol.ApplyLogRecord
+	err := c.do(ctx, "apply log", http.MethodPost, protocol.PathApplyLogs, l, &r, CapSmall)
+	return r, err
+}
+
+// SyncIPGroups is E6.
+func (c *Client) SyncIPGroups(ctx context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+	var r protocol.IPGroupSyncReply
+	err := c.do(ctx, "ip group sync", http.MethodPost, protocol.PathIPGroupSync, req, &r, CapIPGroups)
+	return r, err
+}
+
+// do sends one JSON call and decodes the envelope's data into out. Errors
+// name the endpoint; they never contain the token (it only travels in a
+// header, and net/http errors quote the URL, which carries none).
+func (c *Client) do(ctx context.Context, name, method, path string, in, out any, limit int64) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s: encode request: %w", name, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.agentUA)
+	req.Header.Set(protocol.TokenHeader, c.Token())
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
+	}
+	data, err := readCapped(resp.Body, limit)
+	if errors.Is(err, ErrTooLarge) {
+		return fmt.Errorf("%s: reply exceeds %d MiB: %w", name, limit>>20, ErrTooLarge)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: read reply: %w", name, err)
+	}
+	var env protocol.Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return fmt.Errorf("%s: reply is not a JSON envelope: %w", name, err)
+	}
+	if env.ErrorMsg != "" {
+		return &Error{Endpoint: name, Status: resp.StatusCode, Message: env.ErrorMsg}
+	}
+	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(env.Data, out); err != nil {
+		return fmt.Errorf("%s: decode reply data: %w", name, err)
+	}
+	return nil
+}
+
+// readCapped reads at most limit bytes; more is ErrTooLarge. A reply that
+// ends early (connection cut mid-body) surfaces as io.ErrUnexpectedEOF.
+func readCapped(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, ErrTooLarge
+	}
+	return data, nil
+}
+
+// errorMessage extracts error_msg from an error reply, or nothing when the
+// body is not the JSON envelope (e.g. a proxy's HTML page).
+func errorMessage(r io.Reader) string {
+	data, _ := io.ReadAll(io.LimitReader(r, capErrorBody))
+	var env protocol.Envelope
+	if json.Unmarshal(data, &env) == nil {
+		return env.ErrorMsg
+	}
+	return ""
+}

@@ -1,0 +1,174 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+const secret = "0123456789abcdef0123456789abcdef"
+
+func server(t *testing.T, h http.HandlerFunc) *Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return New(srv.URL+"/", secret, "test", 5*time.Second)
+}
+
+func payload() *protocol.NodePayload {
+	return &protocol.NodePayload{Version: "v0", HealthEvents: []protocol.HealthEvent{}}
+}
+
+func noSecret(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && strings.Contains(err.Error(), secret) {
+		t.Fatalf("error leaks the token: %v", err)
+	}
+}
+
+func TestRequestShape(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != protocol.PathHeartbeat || r.Method != http.MethodPost {
+			t.Errorf("request %s %s", r.Method, r.URL.Path)
+		}
+		if r.Header.Get(protocol.TokenHeader) != secret || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("headers %v", r.Header)
+		}
+		body, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(body), `"health_events":[]`) {
+			t.Errorf("body %s", body)
+		}
+		io.WriteString(w, `{"error_msg":"","data":{"agent_settings":{"heartbeat_interval":1500},"active_config":{"version":"20261129-001","checksum":"abc"}}}`)
+	})
+	r, err := c.Heartbeat(context.Background(), payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AgentSettings.HeartbeatInterval != 1500 || r.ActiveConfig == nil || r.ActiveConfig.Version != "20261129-001" {
+		t.Fatalf("reply %+v", r)
+	}
+}
+
+func TestErrorReplies(t *testing.T) {
+	cases := []struct {
+		name   string
+		status int
+		body   string
+		want   string
+	}{
+		{"401 envelope", 401, `{"error_msg":"无权进行此操作，Agent Token 无效","data":null}`, "heartbeat: HTTP 401: 无权进行此操作，Agent Token 无效"},
+		{"500 html", 500, `<html>oops</html>`, "heartbeat: HTTP 500 Internal Server Error"},
+		{"200 with error_msg", 200, `{"error_msg":"busy","data":null}`, "heartbeat: HTTP 200: busy"},
+		{"200 garbage", 200, `not json`, "heartbeat: reply is not a JSON envelope"},
+		{"404 plain", 404, `404 page not found`, "heartbeat: HTTP 404 Not Found"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := server(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			})
+			_, err := c.Heartbeat(context.Background(), payload())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			noSecret(t, err)
+			if tc.status == 401 && !IsUnauthorized(err) {
+				t.Fatal("401 not recognised")
+			}
+		})
+	}
+}
+
+// A reply over its cap fails and names the endpoint, without reading it all.
+func TestOversizedReply(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"error_msg":"","data":{"node_id":"`)
+		chunk := strings.Repeat("a", 64<<10)
+		for i := 0; i < (CapSmall>>16)+2; i++ {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+		io.WriteString(w, `"}}`)
+	})
+	_, err := c.Register(context.Background(), payload())
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "register: reply exceeds 1 MiB") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A body cut short (Content-Length promises more) is an error, not a
+// half-decoded reply.
+func TestTruncatedReply(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		full := `{"error_msg":"","data":{"version":"20261129-001","checksum":"abc","source_config_json":"{}"}}`
+		w.Header().Set("Content-Length", strconv.Itoa(len(full)))
+		w.WriteHeader(200)
+		io.WriteString(w, full[:len(full)/2])
+		w.(http.Flusher).Flush()
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	})
+	_, err := c.ActiveConfig(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "active config: read reply: unexpected EOF") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDroppedConnection(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	})
+	_, err := c.Heartbeat(context.Background(), payload())
+	if err == nil || !strings.HasPrefix(err.Error(), "heartbeat: ") {
+		t.Fatalf("err = %v", err)
+	}
+	noSecret(t, err)
+}
+
+func TestTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	c := New("http://"+ln.Addr().String(), secret, "test", 200*time.Millisecond)
+	start := time.Now()
+	_, err = c.Heartbeat(context.Background(), payload())
+	if err == nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
+	}
+}
+
+func TestRegisterTokenFallback(t *testing.T) {
+	for _, body := range []string{
+		`{"error_msg":"","data":{"node_id":"node-1","access_token":"new"}}`,
+		`{"error_msg":"","data":{"node_id":"node-1","agent_token":"new"}}`,
+	} {
+		c := server(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
+		r, err := c.Register(context.Background(), payload())
+		if err != nil || r.Token() != "new" || r.NodeID != "node-1" {
+			t.Fatalf("%s: %+v %v", body, r, err)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package landing
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/internal/sharedfix"
+)
+
+func testPaths(root string) Paths {
+	return Paths{
+		Main:              root + "/etc/nginx/nginx.conf",
+		Route:             root + "/etc/nginx/conf.d/openflare_routes.conf",
+		AccessLog:         root + "/var/log/openflare/access.log",
+		ErrorLog:          root + "/var/log/openflare/error.log",
+		PID:               root + "/var/run/nginx.pid",
+		TempDir:           root + "/var/cache/nginx",
+		ProxyCache:        root + "/var/cache/openflare_proxy",
+		CertDir:           root + "/etc/nginx/certs",
+		OpenRestyCertDir:  "/srv/certs",
+		LuaDir:            root + "/etc/nginx/lua",
+		OpenRestyLuaDir:   "/srv/lua",
+		RuntimeConfigDir:  root + "/etc/openflare",
+		PagesDir:          root + "/var/lib/openflare/pages",
+		ObservabilityPort: 18081,
+	}
+}
+
+// Every placeholder of a real rendered version is replaced, and the WAF
+// runtime initialisation is injected (PROTOCOL 6.2 [MUST]).
+func TestSubstituteRenderedFixture(t *testing.T) {
+	dir := sharedfix.Dir(t, "fixtures/render/21-waf-pow-and-block")
+	mainText, _ := os.ReadFile(filepath.Join(dir, "main.conf"))
+	routeText, _ := os.ReadFile(filepath.Join(dir, "routes.conf"))
+	p := testPaths("/x")
+	m, r := p.MainText(string(mainText)), p.RouteText(string(routeText))
+	for _, s := range []string{m, r} {
+		if i := strings.Index(s, "__OPENFLARE_"); i >= 0 {
+			t.Fatalf("placeholder left: %q", s[i:min(len(s), i+60)])
+		}
+	}
+	for _, want := range []string{
+		"pid /x/var/run/nginx.pid;",
+		"error_log /x/var/log/openflare/error.log warn;",
+		"access_log /x/var/log/openflare/access.log openflare_json;",
+		"client_body_temp_path /x/var/cache/nginx/client_temp;",
+		"listen 127.0.0.1:18081;",
+		"include /x/etc/nginx/conf.d/openflare_routes.conf;",
+		"http {\n    lua_package_path \"/srv/lua/?.lua;/srv/lua/?/init.lua;;\";\n",
+		`init_worker_by_lua_block { require("waf.runtime").init() dofile("/srv/lua/observability/init.lua") }`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("main lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "init_worker_by_lua_file") {
+		t.Error("init_worker_by_lua_file not replaced")
+	}
+	for _, want := range []string{"access_by_lua_block", "/srv/lua/pow/verify.lua", "alias /srv/lua/pow/static/;"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("route lacks %q", want)
+		}
+	}
+}
+
+func TestMainTextInsertsWhatTheTemplateLacks(t *testing.T) {
+	p := testPaths("/x")
+	got := p.MainText("pid logs/nginx.pid;\nhttp {\n    lua_shared_dict openflare_waf_config 1m;\n    proxy_cache_path /var/cache/openresty levels=1:2;\n}\n")
+	for _, want := range []string{
+		"pid /x/var/run/nginx.pid;",
+		"proxy_cache_path /x/var/cache/openflare_proxy levels",
+		"    client_body_temp_path /x/var/cache/nginx/client_temp;\n    proxy_temp_path /x/var/cache/nginx/proxy_temp;\n",
+		"    init_worker_by_lua_block { require(\"waf.runtime\").init() }\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	// A template without the WAF dict gets no Lua injected.
+	if got := p.MainText("http {\n}\n"); strings.Contains(got, "lua") {
+		t.Errorf("lua injected without the WAF dict:\n%s", got)
+	}
+}
+
+func TestPlanModesAndRefusals(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	set, err := Plan(p, "http {\n}\n", "", []protocol.SupportFile{
+		{Path: "7.crt", Content: "CERT"},
+		{Path: "7.key", Content: "KEY"},
+		{Path: "error_pages/origin_error.html.tmpl", Content: "<p>{{status}}</p>"},
+		{Path: "waf_config.json", Content: "{}"},
+		{Path: "openresty_config.json", Content: "{}"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]os.FileMode{}
+	for _, f := range set.Files {
+		modes[f.Path] = f.Mode
+	}
+	if modes[p.CertDir+"/7.key"] != 0o600 || modes[p.CertDir+"/7.crt"] != 0o644 {
+		t.Fatalf("modes: %v", modes)
+	}
+	if _, ok := modes[p.RuntimeConfigDir+"/waf_config.json"]; !ok {
+		t.Fatal("waf_config.json not under runtime_config_dir")
+	}
+	if _, ok := modes[p.LuaDir+"/waf/runtime.lua"]; !ok {
+		t.Fatal("Lua assets missing")
+	}
+	for _, bad := range []string{"../escape.crt", "/etc/passwd", "a/../../b", "a\\b", ""} {
+		if _, err := Plan(p, "", "", []protocol.SupportFile{{Path: bad, Content: "x"}}); err == nil {
+			t.Errorf("support file %q accepted", bad)
+		}
+	}
+}
+
+// Landing writes the set, removes foreign files from managed dirs (and only
+// there), and a restore brings back exactly what was there before.
+func TestWriteAndRestoreExactly(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The previous version: a main config, a key, a foreign cert file, and
+	// an unrelated file next to the cert dir that must never be touched.
+	must(os.MkdirAll(p.CertDir+"/old/deep", 0o755))
+	must(os.WriteFile(p.CertDir+"/old/deep/stale.crt", []byte("STALE"), 0o644))
+	must(os.WriteFile(p.CertDir+"/3.key", []byte("OLDKEY"), 0o600))
+	must(os.MkdirAll(filepath.Dir(p.Main), 0o755))
+	must(os.WriteFile(p.Main, []byte("OLD MAIN"), 0o644))
+	must(os.WriteFile(filepath.Dir(p.Main)+"/operator.conf", []byte("mine"), 0o644))
+
+	set, err := Plan(p, "NEW MAIN", "NEW ROUTE", []protocol.SupportFile{{Path: "9.key", Content: "NEWKEY"}})
+	must(err)
+	touched, err := set.Touched()
+	must(err)
+	txn, err := Begin(filepath.Join(root, "backup"), Ref{"v1", "c1"}, Ref{"v2", "c2"}, touched, set.Managed)
+	must(err)
+	must(set.Write(nil))
+	if !set.Unchanged() {
+		t.Fatal("set not on disk after Write")
+	}
+	if _, err := os.Stat(p.CertDir + "/old"); !os.IsNotExist(err) {
+		t.Fatal("foreign files / empty dirs left in cert_dir")
+	}
+	if fi, _ := os.Stat(p.CertDir + "/9.key"); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key mode %v", fi.Mode().Perm())
+	}
+
+	// Reopen as the next process would after a crash, and restore.
+	pending, err := Pending(filepath.Join(root, "backup"))
+	must(err)
+	if pending == nil || pending.From() != (Ref{"v1", "c1"}) {
+		t.Fatalf("pending = %+v", pending)
+	}
+	must(pending.Restore())
+	read := func(path string) string { b, _ := os.ReadFile(path); return string(b) }
+	if read(p.Main) != "OLD MAIN" || read(p.CertDir+"/3.key") != "OLDKEY" || read(p.CertDir+"/old/deep/stale.crt") != "STALE" {
+		t.Fatal("previous files not restored")
+	}
+	if fi, _ := os.Stat(p.CertDir + "/3.key"); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("restored key mode %v", fi.Mode().Perm())
+	}
+	for _, added := range []string{p.Route, p.CertDir + "/9.key", p.LuaDir + "/waf/runtime.lua"} {
+		if _, err := os.Stat(added); !os.IsNotExist(err) {
+			t.Fatalf("%s, added by the apply, survived the restore", added)
+		}
+	}
+	if read(filepath.Dir(p.Main)+"/operator.conf") != "mine" {
+		t.Fatal("operator file touched")
+	}
+	must(txn.Commit())
+	if again, err := Pending(filepath.Join(root, "backup")); err != nil || again != nil {
+		t.Fatalf("backup survived commit: %v %v", again, err)
+	}
+}
+
+// A backup interrupted before its manifest was written is discarded: the
+// live files were never touched.
+func TestIncompleteBackupIgnored(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "backup")
+	os.MkdirAll(filepath.Join(dir, "files"), 0o750)
+	os.WriteFile(filepath.Join(dir, "files", "0"), []byte("partial"), 0o600)
+	txn, err := Pending(dir)
+	if err != nil || txn != nil {
+		t.Fatalf("txn %v err %v", txn, err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatal("incomplete backup not removed")
+	}
+}

@@ -1,0 +1,158 @@
+// Package landing places a rendered version on disk (PROTOCOL 6): it turns
+// the renderer's placeholders into this node's paths, plans every file to
+// write or delete, and does so inside a backup transaction that a crash at
+// any instant can roll back.
+package landing
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/openflare/openflare-agent/agent/config"
+)
+
+// Paths are where this node keeps everything the rendered config names.
+type Paths struct {
+	Main              string
+	Route             string
+	AccessLog         string
+	ErrorLog          string
+	PID               string
+	TempDir           string // VAR/cache/nginx: the five *_temp_path dirs
+	ProxyCache        string // VAR/cache/openflare_proxy
+	CertDir           string
+	OpenRestyCertDir  string
+	LuaDir            string
+	OpenRestyLuaDir   string
+	RuntimeConfigDir  string
+	PagesDir          string
+	CountryMMDB       string
+	CityMMDB          string
+	ObservabilityPort int
+}
+
+// FromConfig derives the paths from agent.json (PROTOCOL 6.1).
+func FromConfig(c *config.Config) Paths {
+	// VAR is three levels above the access log (DD/var by default).
+	v := filepath.Dir(filepath.Dir(filepath.Dir(c.AccessLogPath)))
+	if c.AccessLogPath == "" {
+		v = filepath.Join(filepath.Dir(c.MainConfigPath), "..", "..")
+	}
+	return Paths{
+		Main:              c.MainConfigPath,
+		Route:             c.RouteConfigPath,
+		AccessLog:         c.AccessLogPath,
+		ErrorLog:          filepath.Join(filepath.Dir(c.AccessLogPath), "error.log"),
+		PID:               filepath.Join(v, "run", "nginx.pid"),
+		TempDir:           filepath.Join(v, "cache", "nginx"),
+		ProxyCache:        filepath.Join(v, "cache", "openflare_proxy"),
+		CertDir:           c.CertDir,
+		OpenRestyCertDir:  c.OpenRestyCertDir,
+		LuaDir:            c.LuaDir,
+		OpenRestyLuaDir:   c.OpenRestyLuaDir,
+		RuntimeConfigDir:  c.RuntimeConfigDir,
+		PagesDir:          c.PagesDir,
+		CountryMMDB:       c.MMDBPath,
+		CityMMDB:          c.CityMMDBPath,
+		ObservabilityPort: c.ObservabilityPort,
+	}
+}
+
+// tempPaths pairs each nginx *_temp_path directive with its directory
+// under TempDir.
+var tempPaths = [][2]string{
+	{"client_body_temp_path", "client_temp"},
+	{"proxy_temp_path", "proxy_temp"},
+	{"fastcgi_temp_path", "fastcgi_temp"},
+	{"uwsgi_temp_path", "uwsgi_temp"},
+	{"scgi_temp_path", "scgi_temp"},
+}
+
+// Dirs lists the directories nginx needs before -t can pass.
+func (p Paths) Dirs() []string {
+	dirs := []string{filepath.Dir(p.Main), filepath.Dir(p.Route), filepath.Dir(p.AccessLog), filepath.Dir(p.ErrorLog), filepath.Dir(p.PID), p.ProxyCache, p.CertDir, p.LuaDir, p.RuntimeConfigDir}
+	for _, t := range tempPaths {
+		dirs = append(dirs, filepath.Join(p.TempDir, t[1]))
+	}
+	return dirs
+}
+
+func (p Paths) replacer() *strings.Replacer {
+	return strings.NewReplacer(
+		"__OPENFLARE_ROUTE_CONFIG__", p.Route,
+		"__OPENFLARE_ACCESS_LOG__", p.AccessLog,
+		"__OPENFLARE_ERROR_LOG__", p.ErrorLog,
+		"__OPENFLARE_PID_PATH__", p.PID,
+		"pid logs/nginx.pid;", "pid "+p.PID+";",
+		"__OPENFLARE_NGINX_CACHE_DIR__", p.TempDir,
+		"__OPENFLARE_PROXY_CACHE_PATH__", p.ProxyCache,
+		"/var/cache/openresty", p.ProxyCache,
+		"__OPENFLARE_LUA_DIR__", p.OpenRestyLuaDir,
+		"__OPENFLARE_OBSERVABILITY_LISTEN__", "127.0.0.1:"+strconv.Itoa(p.ObservabilityPort),
+		"__OPENFLARE_OBSERVABILITY_PORT__", strconv.Itoa(p.ObservabilityPort),
+		"__OPENFLARE_ERROR_PAGE_TMPL__", filepath.Join(p.OpenRestyCertDir, "error_pages", "origin_error.html.tmpl"),
+		"__OPENFLARE_SW_DIR__", filepath.Join(p.OpenRestyCertDir, "sw"),
+		"__OPENFLARE_POW_STATIC_DIR__", filepath.Join(p.OpenRestyLuaDir, "pow", "static"),
+		"__OPENFLARE_CERT_DIR__", p.OpenRestyCertDir,
+		"__OPENFLARE_PAGES_DIR__", p.PagesDir,
+	)
+}
+
+var (
+	httpOpenRe   = regexp.MustCompile(`(?m)^[ \t]*http[ \t]*\{[^\n]*\n`)
+	initWorkerRe = regexp.MustCompile(`(?m)^([ \t]*)init_worker_by_lua_file[ \t]+([^;\n]+);[^\n]*$`)
+)
+
+// MainText turns a rendered main config into the one this node runs.
+func (p Paths) MainText(text string) string {
+	text = p.replacer().Replace(text)
+	if !strings.Contains(text, "client_body_temp_path") {
+		var b strings.Builder
+		for _, t := range tempPaths {
+			fmt.Fprintf(&b, "    %s %s;\n", t[0], filepath.Join(p.TempDir, t[1]))
+		}
+		text = afterHTTPOpen(text, b.String())
+	}
+	if strings.Contains(text, "lua_shared_dict openflare_waf_config") {
+		text = p.wafInit(text)
+	}
+	return text
+}
+
+// wafInit makes every worker initialise the WAF runtime (PROTOCOL 6.2
+// [MUST]): without it every WAF check fails closed.
+func (p Paths) wafInit(text string) string {
+	lua := p.OpenRestyLuaDir
+	if !strings.Contains(text, "lua_package_path") {
+		text = afterHTTPOpen(text, fmt.Sprintf("    lua_package_path \"%s/?.lua;%s/?/init.lua;;\";\n", lua, lua))
+	}
+	if initWorkerRe.MatchString(text) {
+		return initWorkerRe.ReplaceAllString(text, `${1}init_worker_by_lua_block { require("waf.runtime").init() dofile("${2}") }`)
+	}
+	return afterHTTPOpen(text, "    init_worker_by_lua_block { require(\"waf.runtime\").init() }\n")
+}
+
+func afterHTTPOpen(text, insert string) string {
+	loc := httpOpenRe.FindStringIndex(text)
+	if loc == nil {
+		return text
+	}
+	return text[:loc[1]] + insert + text[loc[1]:]
+}
+
+// RouteText turns a rendered route config into the one this node runs.
+func (p Paths) RouteText(text string) string { return p.replacer().Replace(text) }
+
+// Staged returns paths for validating a version in dir before it touches
+// the live files: config and certificates move, logs and the pid stay.
+func (p Paths) Staged(dir string) Paths {
+	s := p
+	s.Main = filepath.Join(dir, filepath.Base(p.Main))
+	s.Route = filepath.Join(dir, filepath.Base(p.Route))
+	s.CertDir = filepath.Join(dir, "certs")
+	s.OpenRestyCertDir = s.CertDir
+	return s
+}

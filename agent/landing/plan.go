@@ -1,0 +1,256 @@
+package landing
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/openflare/openflare-agent/agent/luaassets"
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+//go:embed mime.types
+var mimeTypes []byte
+
+// File is one file to land.
+type File struct {
+	Path string
+	Data []byte
+	Mode fs.FileMode
+}
+
+// Set is everything one apply changes on disk.
+type Set struct {
+	Files []File
+	// Remove are files that must not exist afterwards.
+	Remove []string
+	// Managed directories end up holding exactly the Files under them:
+	// anything else is deleted and empty directories pruned.
+	Managed []string
+	// IfMissing files are written only when absent (mime.types belongs to
+	// the operator once it exists).
+	IfMissing []File
+}
+
+// Runtime JSONs live in runtime_config_dir, not cert_dir (PROTOCOL 6.1).
+const (
+	wafConfigName       = "waf_config.json"
+	openrestyConfigName = "openresty_config.json"
+	powConfigName       = "pow_config.json"
+)
+
+// Plan builds the set for a rendered main config, route config and support
+// files (the renderer's Files), with text already adapted to the binary.
+func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
+	s := &Set{Managed: []string{p.CertDir, p.LuaDir}}
+	s.Files = append(s.Files,
+		File{p.Main, []byte(p.MainText(mainText)), 0o644},
+		File{p.Route, []byte(p.RouteText(routeText)), 0o644},
+	)
+	s.IfMissing = append(s.IfMissing, File{filepath.Join(filepath.Dir(p.Main), "mime.types"), mimeTypes, 0o644})
+	hasWAF := false
+	for _, f := range support {
+		switch f.Path {
+		case wafConfigName:
+			hasWAF = true
+			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o644})
+			continue
+		case openrestyConfigName:
+			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o644})
+			continue
+		case powConfigName:
+			continue
+		}
+		rel, err := cleanRel(f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("support file %q: %w", f.Path, err)
+		}
+		mode := fs.FileMode(0o644)
+		if strings.HasSuffix(rel, ".key") {
+			mode = 0o600
+		}
+		s.Files = append(s.Files, File{filepath.Join(p.CertDir, rel), []byte(f.Content), mode})
+	}
+	if !hasWAF {
+		s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, wafConfigName))
+	}
+	s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, powConfigName))
+	vars := luaassets.Vars{RuntimeConfigDir: p.RuntimeConfigDir, CountryMMDBPath: p.CountryMMDB, CityMMDBPath: p.CityMMDB}
+	for _, f := range luaassets.Files(vars) {
+		s.Files = append(s.Files, File{filepath.Join(p.LuaDir, f.Path), f.Content, 0o644})
+	}
+	for _, f := range luaassets.CertDirFiles(vars) {
+		s.Files = append(s.Files, File{filepath.Join(p.CertDir, f.Path), f.Content, 0o644})
+	}
+	if err := s.checkUnique(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// cleanRel accepts only a relative slash path that stays inside its
+// directory: a support file named "../x" or "/etc/x" from a compromised or
+// buggy server must not write outside cert_dir.
+func cleanRel(p string) (string, error) {
+	if p == "" || strings.ContainsAny(p, "\\\x00") || path.IsAbs(p) {
+		return "", fmt.Errorf("not a relative path")
+	}
+	c := path.Clean(p)
+	if c != p || c == "." || c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("path escapes its directory or is not clean")
+	}
+	return filepath.FromSlash(c), nil
+}
+
+func (s *Set) checkUnique() error {
+	seen := map[string]bool{}
+	for _, f := range s.Files {
+		if seen[f.Path] {
+			return fmt.Errorf("two files land at %s", f.Path)
+		}
+		seen[f.Path] = true
+	}
+	return nil
+}
+
+// Touched lists every path the set will create, change or delete, given
+// what is on disk now: the backup must cover exactly these.
+func (s *Set) Touched() ([]string, error) {
+	want := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if !want[p] {
+			want[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, f := range s.Files {
+		add(f.Path)
+	}
+	for _, p := range s.Remove {
+		add(p)
+	}
+	for _, f := range s.IfMissing {
+		if _, err := os.Lstat(f.Path); err != nil {
+			add(f.Path)
+		}
+	}
+	foreign, err := s.foreign(want)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range foreign {
+		add(p)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// foreign lists files under the managed directories that the set does not
+// write.
+func (s *Set) foreign(want map[string]bool) ([]string, error) {
+	var out []string
+	for _, dir := range s.Managed {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && !want[p] {
+				out = append(out, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scan managed dir %s: %w", dir, err)
+		}
+	}
+	return out, nil
+}
+
+// Unchanged reports whether the disk already holds exactly this set, so an
+// apply (e.g. the startup re-apply) can skip the reload.
+func (s *Set) Unchanged() bool {
+	for _, f := range s.Files {
+		fi, err := os.Lstat(f.Path)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode || fi.Size() != int64(len(f.Data)) {
+			return false
+		}
+		b, err := os.ReadFile(f.Path)
+		if err != nil || !bytes.Equal(b, f.Data) {
+			return false
+		}
+	}
+	for _, p := range s.Remove {
+		if _, err := os.Lstat(p); err == nil {
+			return false
+		}
+	}
+	for _, f := range s.IfMissing {
+		if _, err := os.Lstat(f.Path); err != nil {
+			return false
+		}
+	}
+	want := map[string]bool{}
+	for _, f := range s.Files {
+		want[f.Path] = true
+	}
+	foreign, err := s.foreign(want)
+	return err == nil && len(foreign) == 0
+}
+
+// FallbackPlan is the safe fallback runtime (PROTOCOL 8.5): the embedded
+// main config, already adapted, and an empty route config.
+func FallbackPlan(p Paths, mainText string) *Set {
+	return &Set{Files: []File{
+		{p.Main, []byte(p.MainText(mainText)), 0o644},
+		{p.Route, nil, 0o644},
+	}}
+}
+
+// Stage writes what `nginx -t` needs to validate a version into dir, away
+// from the live files: main and route config, mime.types and the support
+// files (certificates are loaded at -t time). It returns the staged main
+// config's path.
+func Stage(dir string, p Paths, mainText, routeText string, support []protocol.SupportFile) (string, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("stage: clear %s: %w", dir, err)
+	}
+	sp := p.Staged(dir)
+	mime := mimeTypes
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(p.Main), "mime.types")); err == nil {
+		mime = b
+	}
+	files := []File{
+		{sp.Main, []byte(sp.MainText(mainText)), 0o644},
+		{sp.Route, []byte(sp.RouteText(routeText)), 0o644},
+		{filepath.Join(dir, "mime.types"), mime, 0o644},
+	}
+	for _, f := range support {
+		if f.Path == wafConfigName || f.Path == openrestyConfigName || f.Path == powConfigName {
+			continue
+		}
+		rel, err := cleanRel(f.Path)
+		if err != nil {
+			return "", fmt.Errorf("support file %q: %w", f.Path, err)
+		}
+		files = append(files, File{filepath.Join(sp.CertDir, rel), []byte(f.Content), 0o600})
+	}
+	for _, f := range files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
+			return "", fmt.Errorf("stage: %w", err)
+		}
+		if err := os.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+			return "", fmt.Errorf("stage: %w", err)
+		}
+	}
+	return sp.Main, nil
+}

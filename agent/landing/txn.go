@@ -1,0 +1,181 @@
+package landing
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/openflare/openflare-agent/agent/state"
+)
+
+// Txn is one apply's on-disk backup. Its manifest is written last, after
+// every backed-up file: a backup without a manifest is incomplete and the
+// live files were not touched yet; a backup with one may be restored at any
+// time, including by the next process after a crash.
+type Txn struct {
+	dir string
+	m   manifest
+}
+
+// Ref names a config version (what state records as current).
+type Ref struct {
+	Version  string `json:"version"`
+	Checksum string `json:"checksum"`
+}
+
+type manifest struct {
+	// From is the version that was live before this apply, To the one being
+	// applied: recovery restores From and records it as current again.
+	From    Ref     `json:"from"`
+	To      Ref     `json:"to"`
+	Entries []entry `json:"entries"`
+	// Managed dirs may lose sub-directories that end up empty.
+	Managed []string `json:"managed,omitempty"`
+}
+
+type entry struct {
+	Path string      `json:"path"`
+	Mode fs.FileMode `json:"mode,omitempty"`
+	// Saved is the backup file name; empty when the path did not exist.
+	Saved string `json:"saved,omitempty"`
+}
+
+const manifestName = "manifest.json"
+
+// Begin backs up every path in touched into dir. An existing dir must have
+// been dealt with by Recover first.
+func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	t := &Txn{dir: dir, m: manifest{From: from, To: to, Managed: managed}}
+	for i, p := range touched {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			t.m.Entries = append(t.m.Entries, entry{Path: p})
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("backup %s: %w", p, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("backup %s: not a regular file", p)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("backup %s: %w", p, err)
+		}
+		saved := strconv.Itoa(i)
+		if err := writeSynced(filepath.Join(dir, "files", saved), data); err != nil {
+			return nil, fmt.Errorf("backup %s: %w", p, err)
+		}
+		t.m.Entries = append(t.m.Entries, entry{Path: p, Mode: fi.Mode().Perm(), Saved: saved})
+	}
+	if err := state.SyncDir(filepath.Join(dir, "files")); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	if err := state.SaveJSON(filepath.Join(dir, manifestName), t.m); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	return t, nil
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, state.FileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// From is the version that was live when the backup was taken.
+func (t *Txn) From() Ref { return t.m.From }
+
+// HadMain reports whether the given main config existed before the apply.
+func (t *Txn) HadMain(main string) bool {
+	for _, e := range t.m.Entries {
+		if e.Path == main {
+			return e.Saved != ""
+		}
+	}
+	_, err := os.Stat(main)
+	return err == nil
+}
+
+// Restore puts every backed-up path back exactly: saved files with their
+// content and mode, and paths that did not exist are removed.
+func (t *Txn) Restore() error {
+	var errs []error
+	for _, e := range t.m.Entries {
+		if e.Saved == "" {
+			if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("restore: remove %s: %w", e.Path, err))
+			}
+			pruneEmptyParents(e.Path, t.m.Managed)
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(t.dir, "files", e.Saved))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(e.Path), 0o755); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
+			continue
+		}
+		if err := state.WriteFile(e.Path, data, e.Mode); err != nil {
+			errs = append(errs, fmt.Errorf("restore: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Commit discards the backup: the apply is final.
+func (t *Txn) Commit() error {
+	// Removing the manifest first makes the commit atomic: a crash halfway
+	// through deleting files leaves an incomplete backup, which Recover
+	// ignores.
+	if err := os.Remove(filepath.Join(t.dir, manifestName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("commit backup: %w", err)
+	}
+	if err := state.SyncDir(t.dir); err != nil {
+		return fmt.Errorf("commit backup: %w", err)
+	}
+	return os.RemoveAll(t.dir)
+}
+
+// Pending opens the backup a crashed apply left behind, if it is complete.
+// An incomplete one (no manifest) is deleted: the live files were never
+// touched.
+func Pending(dir string) (*Txn, error) {
+	var m manifest
+	data, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("discard incomplete backup %s: %w", dir, err)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read backup manifest: %w", err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("backup manifest %s: %w", dir, err)
+	}
+	return &Txn{dir: dir, m: m}, nil
+}

@@ -1,0 +1,89 @@
+package landing
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/openflare/openflare-agent/agent/state"
+)
+
+// nginx workers (often another user) read the Lua, error pages and service
+// worker files, so config directories are world-traversable; secrets are
+// protected by their file modes instead (keys 0600).
+const configDirMode = 0o755
+
+// MakeDirs creates the directories nginx needs: config, logs, pid, temp and
+// cache paths.
+func MakeDirs(p Paths) error {
+	for _, d := range p.Dirs() {
+		if err := os.MkdirAll(d, configDirMode); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// Write lands the set: every file atomically, then removals, then the
+// managed directories are cleared of anything else. after, when set, is
+// called after the first file is written (a crash-test seam).
+func (s *Set) Write(after func()) error {
+	for i, f := range s.Files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
+			return fmt.Errorf("land %s: %w", f.Path, err)
+		}
+		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("land: %w", err)
+		}
+		if i == 0 && after != nil {
+			after()
+		}
+	}
+	for _, f := range s.IfMissing {
+		if _, err := os.Lstat(f.Path); err == nil {
+			continue
+		}
+		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("land: %w", err)
+		}
+	}
+	for _, p := range s.Remove {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("land: remove %s: %w", p, err)
+		}
+	}
+	want := map[string]bool{}
+	for _, f := range s.Files {
+		want[f.Path] = true
+	}
+	foreign, err := s.foreign(want)
+	if err != nil {
+		return err
+	}
+	for _, p := range foreign {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("land: remove foreign %s: %w", p, err)
+		}
+		pruneEmptyParents(p, s.Managed)
+	}
+	return nil
+}
+
+// pruneEmptyParents removes the now-empty directories above p, but only
+// strictly inside one of the managed roots.
+func pruneEmptyParents(p string, managed []string) {
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		inside := false
+		for _, root := range managed {
+			if strings.HasPrefix(dir, filepath.Clean(root)+string(filepath.Separator)) {
+				inside = true
+			}
+		}
+		if !inside || os.Remove(dir) != nil {
+			return
+		}
+	}
+}

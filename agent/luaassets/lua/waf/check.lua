@@ -1,0 +1,2 @@
+-- access_by_lua_file entry point for servers without PoW or SW.
+require("waf.runtime").check()

@@ -1,0 +1,54 @@
+package luaassets
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestFiles(t *testing.T) {
+	v := Vars{RuntimeConfigDir: "/var/lib/openflare/runtime", CountryMMDBPath: "/geo/country.mmdb", CityMMDBPath: "/geo/city.mmdb"}
+	files := Files(v)
+	var paths []string
+	byPath := map[string][]byte{}
+	for _, f := range files {
+		paths = append(paths, f.Path)
+		byPath[f.Path] = f.Content
+		if bytes.Contains(f.Content, []byte("__OPENFLARE_")) {
+			t.Errorf("%s still holds a placeholder", f.Path)
+		}
+	}
+	want := []string{
+		"init.lua", "log.lua",
+		"observability/init.lua", "observability/log.lua", "observability/read.lua",
+		"pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
+		"read.lua",
+		"sw/challenge.lua", "sw/runtime.lua",
+		"waf/check.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/runtime.lua",
+	}
+	if !slices.Equal(paths, want) {
+		t.Errorf("paths = %q\nwant    %q", paths, want)
+	}
+	if !bytes.Equal(byPath["read.lua"], byPath["observability/read.lua"]) {
+		t.Error("read.lua differs from observability/read.lua")
+	}
+	for path, want := range map[string]string{
+		"waf/runtime.lua":   `"/var/lib/openflare/runtime/waf_config.json"`,
+		"waf/ip_groups.lua": `tonumber("20971520")`,
+	} {
+		if !strings.Contains(string(byPath[path]), want) {
+			t.Errorf("%s lacks %s", path, want)
+		}
+	}
+
+	cert := CertDirFiles(v)
+	if len(cert) != 2 || cert[0].Path != "sw/challenge.lua" || cert[1].Path != "sw/runtime.lua" {
+		t.Fatalf("CertDirFiles = %v", cert)
+	}
+	for _, f := range cert {
+		if !bytes.Equal(f.Content, byPath[f.Path]) {
+			t.Errorf("cert_dir %s differs from the lua_dir copy", f.Path)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package nginx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Ctl runs one nginx binary against the agent's live main config. Start,
+// stop-free reload and validation are the only primitives: the agent never
+// runs a command the server sends.
+type Ctl struct {
+	Caps       *Caps
+	MainConfig string // live main config path
+	PIDFile    string
+	ErrorLog   string // also passed as -e so -t never needs the compiled-in path
+	Log        *slog.Logger
+	// Settle bounds how long a reload or start may take to show new workers.
+	Settle time.Duration
+}
+
+func (n *Ctl) settle() time.Duration {
+	if n.Settle > 0 {
+		return n.Settle
+	}
+	return 15 * time.Second
+}
+
+// run executes the binary and returns its combined output. nginx's daemon
+// keeps stderr until it redirects it to the error log, so output is not
+// waited for past the process's own exit.
+func (n *Ctl) run(ctx context.Context, args ...string) (string, error) {
+	if n.Caps.ErrorLogFlag && n.ErrorLog != "" {
+		args = append([]string{"-e", n.ErrorLog}, args...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.Caps.Binary, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 2 * time.Second
+	err := cmd.Run()
+	return strings.TrimSpace(out.String()), err
+}
+
+// Test runs `-t -c conf`; the error carries nginx's own output.
+func (n *Ctl) Test(ctx context.Context, conf string) error {
+	out, err := n.run(ctx, "-t", "-c", conf)
+	if err != nil {
+		return fmt.Errorf("%s -t -c %s: %w: %s", filepath.Base(n.Caps.Binary), conf, err, out)
+	}
+	return nil
+}
+
+// MasterPID returns the pid of the running master, or 0 when nothing runs
+// (no pid file, a stale pid, or a pid now used by another program).
+func (n *Ctl) MasterPID() int {
+	b, err := os.ReadFile(n.PIDFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if !isNginx(pid) {
+		return 0
+	}
+	return pid
+}
+
+// isNginx checks that pid is alive, not a zombie, and an nginx master.
+func isNginx(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+		return false
+	}
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmd, []byte("master process"))
+}
+
+// Running reports whether a master is running.
+func (n *Ctl) Running() bool { return n.MasterPID() != 0 }
+
+// Activate makes the live config take effect: reload a running master, or
+// start one. The config must already have passed Test.
+func (n *Ctl) Activate(ctx context.Context) error {
+	if pid := n.MasterPID(); pid != 0 {
+		return n.reload(ctx, pid)
+	}
+	return n.Start(ctx)
+}
+
+// reload sends SIGHUP and confirms the master re-read the configuration:
+// new workers appear. A master that rejects the new configuration keeps its
+// old workers and logs [emerg]; that is reported as the error.
+func (n *Ctl) reload(ctx context.Context, pid int) error {
+	before := WorkerPIDs(pid)
+	logMark := fileSize(n.ErrorLog)
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reload: signal master %d: %w", pid, err)
+	}
+	deadline := time.Now().Add(n.settle())
+	for {
+		if !isNginx(pid) {
+			return fmt.Errorf("reload: master %d exited: %s", pid, n.errorsSince(logMark))
+		}
+		if hasNew(before, WorkerPIDs(pid)) {
+			return nil
+		}
+		if msg := n.errorsSince(logMark); strings.Contains(msg, "[emerg]") {
+			return fmt.Errorf("reload rejected by nginx: %s", msg)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reload: no new worker processes after %s: %s", n.settle(), n.errorsSince(logMark))
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Start starts a master with the live config and waits for its workers.
+func (n *Ctl) Start(ctx context.Context) error {
+	// A stale pid file would make nginx refuse nothing, but it would make
+	// our own liveness check read the wrong pid until nginx rewrites it.
+	if n.MasterPID() == 0 {
+		os.Remove(n.PIDFile)
+	}
+	out, err := n.run(ctx, "-c", n.MainConfig)
+	if err != nil {
+		return fmt.Errorf("start %s -c %s: %w: %s", filepath.Base(n.Caps.Binary), n.MainConfig, err, out)
+	}
+	deadline := time.Now().Add(n.settle())
+	for {
+		if pid := n.MasterPID(); pid != 0 && len(WorkerPIDs(pid)) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("start: nginx did not come up within %s: %s", n.settle(), tail(n.ErrorLog, 2048))
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Restart stops the master and starts it again with the live config
+// (restart_openresty_now). The config is validated first so a restart never
+// trades a running nginx for a dead one.
+func (n *Ctl) Restart(ctx context.Context) error {
+	if err := n.Test(ctx, n.MainConfig); err != nil {
+		return fmt.Errorf("restart refused: %w", err)
+	}
+	if pid := n.MasterPID(); pid != 0 {
+		// Graceful quit first; a master that will not finish in time is
+		// terminated so the restart does not hang.
+		syscall.Kill(pid, syscall.SIGQUIT)
+		if !waitGone(ctx, pid, n.settle()) {
+			syscall.Kill(pid, syscall.SIGTERM)
+			if !waitGone(ctx, pid, 5*time.Second) {
+				return fmt.Errorf("restart: master %d did not exit", pid)
+			}
+		}
+	}
+	return n.Start(ctx)
+}
+
+func waitGone(ctx context.Context, pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for isNginx(pid) {
+		if time.Now().After(deadline) || sleep(ctx, 20*time.Millisecond) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *Ctl) errorsSince(mark int64) string {
+	f, err := os.Open(n.ErrorLog)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(mark, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 8192))
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "[emerg]") || strings.Contains(l, "[alert]") || strings.Contains(l, "[crit]") {
+			keep = append(keep, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(keep, "; ")
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+func tail(p string, n int64) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if size := fileSize(p); size > n {
+		f.Seek(size-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b))
+}
+
+// WorkerPIDs lists the live worker processes of a master.
+func WorkerPIDs(master int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(strconv.Itoa(master) + " ")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == master {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) S ppid ...": the state and ppid follow the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+4 > len(stat) || stat[i+2] == 'Z' || !bytes.HasPrefix(stat[i+4:], want) {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if bytes.Contains(cmd, []byte("worker process")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func hasNew(before, after []int) bool {
+	old := make(map[int]bool, len(before))
+	for _, p := range before {
+		old[p] = true
+	}
+	for _, p := range after {
+		if !old[p] {
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

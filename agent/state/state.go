@@ -1,0 +1,70 @@
+package state
+
+import (
+	"log/slog"
+	"sync"
+)
+
+// State is agent-state.json: what the agent knows about itself between runs
+// (PROTOCOL 1.4). It has no server contract.
+type State struct {
+	NodeID          string `json:"node_id"`
+	CurrentVersion  string `json:"current_version"`
+	CurrentChecksum string `json:"current_checksum"`
+	// Blocked is the version+checksum whose apply failed; it is not fetched
+	// again until the server publishes something else (PROTOCOL 8.4).
+	BlockedVersion   string `json:"blocked_version"`
+	BlockedChecksum  string `json:"blocked_checksum"`
+	BlockedReason    string `json:"blocked_reason"`
+	LastError        string `json:"last_error"`
+	OpenRestyStatus  string `json:"openresty_status"`
+	OpenRestyMessage string `json:"openresty_message"`
+	// LastHeartbeatUnix is the time of the last beat the server accepted.
+	LastHeartbeatUnix      int64  `json:"last_heartbeat_unix,omitempty"`
+	Channel                string `json:"channel,omitempty"`
+	LastProfileFingerprint string `json:"last_profile_fingerprint,omitempty"`
+}
+
+// Store is the agent state in memory and on disk. Updates are serialised and
+// persisted before they become visible.
+type Store struct {
+	path string
+	mu   sync.Mutex
+	s    State
+}
+
+// Open loads the state file (a corrupt one is moved aside, see LoadJSON).
+func Open(path string, log *slog.Logger) (*Store, error) {
+	st := &Store{path: path}
+	if err := LoadJSON(path, &st.s, log); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Path returns the file backing the store.
+func (st *Store) Path() string { return st.path }
+
+// Get returns a copy of the current state.
+func (st *Store) Get() State {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.s
+}
+
+// Update applies f to a copy of the state and persists it; the in-memory
+// state changes only if the write succeeded.
+func (st *Store) Update(f func(*State)) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	next := st.s
+	f(&next)
+	if next == st.s {
+		return nil
+	}
+	if err := SaveJSON(st.path, next); err != nil {
+		return err
+	}
+	st.s = next
+	return nil
+}
