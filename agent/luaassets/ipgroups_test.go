@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// snapshotPickup is how long a worker may take to adopt a new snapshot: the
-// lock holder reads the files within one 5 s tick, every other worker
-// adopts on its own next tick.
-const snapshotPickup = 20 * time.Second
+// snapshotPickup is how long every worker may take to adopt a new snapshot
+// without a reload: the lock holder reads the files within one 1 s tick and
+// every other worker adopts on its own next tick, well inside 5 s.
+const snapshotPickup = 5 * time.Second
 
 // ipGroup is a WAFIPGroup as the agent stores it in waf_ip_groups.json.
 func ipGroup(id int, enabled bool, ips []string) obj {
