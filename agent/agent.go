@@ -19,6 +19,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/sync"
+	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
 // Options wire an agent.
@@ -41,8 +42,10 @@ type Agent struct {
 	syncer  *sync.Syncer
 	ip      *nodeip.Detector
 
-	interval atomic.Int64 // time.Duration: the server's heartbeat_interval once known
-	syncs    chan syncRequest
+	interval  atomic.Int64 // time.Duration: the server's heartbeat_interval once known
+	wsAllowed atomic.Bool  // the server's websocket_upgrade_enabled
+	wsStats   wsclient.Stats
+	syncs     chan syncRequest
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -120,7 +123,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(done)
 		a.syncLoop(ctx)
 	}()
-	a.heartbeatLoop(ctx)
+	a.channels(ctx)
 	<-done
 	a.cp.CloseIdle()
 	a.log.Info("agent stopped; nginx left running")

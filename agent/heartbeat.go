@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/backoff"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/sync"
+	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
 // maxRetry caps the delay between failed heartbeats: the server marks a
@@ -14,27 +16,74 @@ import (
 // node again within about that long.
 const maxRetry = time.Minute
 
-// heartbeatLoop beats over HTTP forever: the interval after a success,
-// growing jittered delays after failures.
-func (a *Agent) heartbeatLoop(ctx context.Context) {
-	bo := &backoff.Backoff{}
+// WebSocket reconnects back off from 1 s to 30 s with jitter, so a fleet of
+// agents does not reconnect in lockstep after a server restart; a connection
+// that stayed up this long resets the backoff.
+const (
+	wsRetryMin = time.Second
+	wsRetryMax = 30 * time.Second
+	wsStayedUp = 30 * time.Second
+)
+
+// channels reports to the server until ctx ends: HTTP heartbeats, upgraded
+// to the WebSocket after a successful beat while the server allows it. While
+// the socket is up its status messages replace HTTP beats; when it drops,
+// one HTTP beat goes out at once and HTTP beats continue until the socket
+// is back.
+func (a *Agent) channels(ctx context.Context) {
+	httpRetry := &backoff.Backoff{}
+	wsRetry := &backoff.Backoff{Min: wsRetryMin, Max: wsRetryMax}
+	var wsNext time.Time
 	startupPending := true
 	for ctx.Err() == nil {
-		reply, err := a.cp.Heartbeat(ctx, a.payload(ctx))
-		var wait time.Duration
+		b := a.newBeat(ctx)
+		reply, err := a.cp.Heartbeat(ctx, b.payload)
 		if err != nil {
+			a.beatFailed(b)
 			if ctx.Err() != nil {
 				return
 			}
 			iv := a.heartbeatInterval()
-			bo.Min, bo.Max = iv, max(maxRetry, iv)
-			wait = bo.Next()
-			a.log.Warn("heartbeat failed", "err", err, "attempt", bo.Attempts(), "retry_in", wait.Round(time.Millisecond))
-		} else {
-			bo.Reset()
-			a.onBeat(reply, startupPending)
-			startupPending = false
-			wait = a.heartbeatInterval()
+			httpRetry.Min, httpRetry.Max = iv, max(maxRetry, iv)
+			wait := httpRetry.Next()
+			a.log.Warn("heartbeat failed", "err", err, "attempt", httpRetry.Attempts(), "retry_in", wait.Round(time.Millisecond))
+			if !sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		httpRetry.Reset()
+		a.beatDone(b, "http")
+		a.onSettings(reply.AgentSettings)
+		a.pushIPGroups(reply.WAFIPGroups)
+		mode := sync.Normal
+		if startupPending {
+			// The first successful beat re-applies even an up-to-date
+			// version: that refreshes the agent's own files after an
+			// upgrade and starts nginx if it is down (upstream only tries
+			// after the first attempt, so a node booted while the server
+			// was down stays dark).
+			mode, startupPending = sync.Startup, false
+		}
+		a.requestSync(reply.ActiveConfig, mode)
+
+		if a.wsAllowed.Load() && !time.Now().Before(wsNext) {
+			upAt, err := a.runWebSocket(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if !upAt.IsZero() && time.Since(upAt) >= wsStayedUp {
+				wsRetry.Reset()
+			}
+			wait := wsRetry.Next()
+			wsNext = time.Now().Add(wait)
+			a.log.Warn("websocket unavailable; heartbeating over HTTP", "err", err, "retry_in", wait.Round(time.Millisecond))
+			// Straight back to an HTTP beat: the server must not see a gap.
+			continue
+		}
+		wait := a.heartbeatInterval()
+		if a.wsAllowed.Load() {
+			wait = min(wait, max(time.Until(wsNext), 0))
 		}
 		if !sleep(ctx, wait) {
 			return
@@ -42,32 +91,84 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// onBeat handles a heartbeat reply (the same settings and target arrive over
-// the WebSocket later).
-func (a *Agent) onBeat(r protocol.HeartbeatReply, startup bool) {
-	if err := a.store.Update(func(s *stateT) { s.LastHeartbeatUnix = time.Now().Unix(); s.Channel = "http" }); err != nil {
-		a.log.Warn("record heartbeat", "err", err)
+// runWebSocket holds one connection until it ends; it returns when the
+// handshake succeeded (zero if it did not) and why the connection ended.
+func (a *Agent) runWebSocket(ctx context.Context) (time.Time, error) {
+	var upAt time.Time
+	h := &wsHandler{a: a}
+	err := wsclient.Run(ctx, wsclient.Options{
+		ServerURL:    a.cfg.ServerURL,
+		Token:        a.cp.Token(),
+		AgentVersion: a.version,
+		DialTimeout:  a.cfg.RequestTimeout,
+		Interval:     a.heartbeatInterval,
+		Log:          a.log,
+		Stats:        &a.wsStats,
+	}, h, func() {
+		upAt = time.Now()
+		a.log.Info("websocket connected; status messages replace HTTP heartbeats")
+	})
+	h.finish()
+	if errors.Is(err, wsclient.ErrDisabled) {
+		a.wsAllowed.Store(false)
 	}
-	a.applySettings(r.AgentSettings)
-	mode := sync.Normal
-	if startup {
-		// The first successful beat re-applies even an up-to-date version:
-		// that refreshes the agent's own files after an upgrade and starts
-		// nginx if it is down (upstream only tries after the first attempt,
-		// so a node booted while the server was down stays dark).
-		mode = sync.Startup
+	if err == nil {
+		err = errors.New("connection closed")
 	}
-	a.requestSync(r.ActiveConfig, mode)
+	return upAt, err
 }
 
-// applySettings adopts the server's settings. One-shot actions arrive once:
-// the server clears them after replying.
-func (a *Agent) applySettings(s protocol.AgentSettings) {
+// wsHandler serves one WebSocket connection.
+type wsHandler struct {
+	a       *Agent
+	pending *beat // the last status handed out and not yet acknowledged
+}
+
+func (h *wsHandler) Status(ctx context.Context) (*protocol.NodePayload, func()) {
+	if h.pending != nil {
+		// Its write never completed: what it carried goes out again.
+		h.a.beatFailed(h.pending)
+	}
+	b := h.a.newBeat(ctx)
+	h.pending = b
+	return b.payload, func() {
+		h.pending = nil
+		h.a.beatDone(b, "websocket")
+	}
+}
+
+// finish settles a status whose write never completed.
+func (h *wsHandler) finish() {
+	if h.pending != nil {
+		h.a.beatFailed(h.pending)
+		h.pending = nil
+	}
+}
+
+func (h *wsHandler) Settings(s protocol.AgentSettings) { h.a.onSettings(s) }
+
+func (h *wsHandler) ActiveConfig(ref protocol.ConfigRef) {
+	h.a.requestSync(&ref, sync.Normal)
+}
+
+func (h *wsHandler) ForceSync(ref protocol.ConfigRef) {
+	h.a.log.Info("the server asked for a forced sync", "version", ref.Version)
+	h.a.requestSync(&ref, sync.Force)
+}
+
+func (h *wsHandler) IPGroups(groups []protocol.WAFIPGroup) { h.a.pushIPGroups(groups) }
+
+// onSettings adopts the server's settings (HTTP reply or WS push). One-shot
+// actions arrive once: the server clears them after sending them.
+func (a *Agent) onSettings(s protocol.AgentSettings) {
 	if s.HeartbeatInterval > 0 {
 		iv := time.Duration(s.HeartbeatInterval) * time.Millisecond
 		if old := time.Duration(a.interval.Swap(int64(iv))); old != iv {
 			a.log.Info("heartbeat interval set by the server", "interval", iv)
 		}
+	}
+	if a.wsAllowed.Swap(s.WebsocketUpgradeEnabled) != s.WebsocketUpgradeEnabled && !s.WebsocketUpgradeEnabled {
+		a.log.Info("the server turned the websocket channel off; HTTP heartbeats only")
 	}
 	if s.UpdateNow {
 		a.log.Warn("the server asked for a self-update; this agent does not update itself yet", "channel", s.UpdateChannel, "tag", s.UpdateTag)
@@ -75,47 +176,6 @@ func (a *Agent) applySettings(s protocol.AgentSettings) {
 	if s.RestartOpenRestyNow {
 		a.log.Info("the server asked for an nginx restart")
 		a.requestRestart()
-	}
-}
-
-// payload is the NodePayload of a register, heartbeat or WS status.
-func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
-	st := a.store.Get()
-	ip := a.cfg.NodeIP
-	if ip == "" {
-		ip = a.ip.Detect(ctx)
-	}
-	ext := ""
-	if a.caps != nil {
-		ext = a.caps.Version
-	}
-	status, msg := st.OpenRestyStatus, st.OpenRestyMessage
-	if a.caps == nil {
-		status, msg = protocol.StatusUnhealthy, "nginx binary not usable: "+a.syncer.ProbeErr
-	}
-	if status == "" {
-		status = protocol.StatusUnknown
-	}
-	now := time.Now().Unix()
-	events := []protocol.HealthEvent{}
-	if status == protocol.StatusUnhealthy {
-		events = append(events, protocol.HealthEvent{EventType: "openresty_unhealthy", Severity: "critical", Message: msg, TriggeredAtUnix: now})
-	}
-	if st.LastError != "" {
-		events = append(events, protocol.HealthEvent{EventType: "sync_error", Severity: "warning", Message: st.LastError, TriggeredAtUnix: now})
-	}
-	return &protocol.NodePayload{
-		SchemaVersion:    protocol.SchemaVersion,
-		NodeID:           st.NodeID,
-		Name:             a.cfg.NodeName,
-		IP:               ip,
-		Version:          a.version,
-		ExtVersion:       ext,
-		CurrentVersion:   st.CurrentVersion,
-		LastError:        st.LastError,
-		OpenRestyStatus:  status,
-		OpenRestyMessage: msg,
-		HealthEvents:     events,
 	}
 }
 

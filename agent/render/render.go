@@ -7,11 +7,20 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+// Paths of the support files the renderer adds (PROTOCOL 5.3).
+const (
+	wafConfigPath       = "waf_config.json"
+	originErrorPagePath = "error_pages/origin_error.html.tmpl"
+	swJSPath            = "sw/sw.js"
+	swOfflinePath       = "sw/offline.html"
+	sourceConfigPath    = "openresty_config.json"
 )
 
 // Output is one rendered version, placeholders (__OPENFLARE_*__) intact.
@@ -27,7 +36,50 @@ type Output struct {
 
 // Render renders a version. Errors name the route and the reason.
 func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, error) {
-	return nil, errors.New("render: not implemented")
+	s, err := decodeSnapshot(sourceConfigJSON)
+	if err != nil {
+		return nil, err
+	}
+	shipped := make(map[string]string, len(support))
+	for _, f := range support {
+		shipped[f.Path] = f.Content
+	}
+	rd := &renderer{
+		cfg:     &s.Config,
+		certs:   newCertStore(shipped),
+		pow:     newPowRoutes(&s.WAF),
+		errPage: newOriginErrorPage(&s.Config),
+		sw:      newServiceWorker(&s.Config),
+	}
+	rd.b.Grow(rd.estimateSize(s.Routes))
+	rd.b.WriteString(routeHeader)
+	for i := range s.Routes {
+		if err := rd.renderRoute(&s.Routes[i]); err != nil {
+			return nil, err
+		}
+	}
+	wafJSON, err := json.Marshal(&s.WAF)
+	if err != nil {
+		return nil, fmt.Errorf("encode waf_config.json: %w", err)
+	}
+	files := make([]protocol.SupportFile, 0, len(support)+5)
+	files = append(files, support...)
+	files = append(files, protocol.SupportFile{Path: wafConfigPath, Content: string(wafJSON)})
+	if s.Config.OriginErrorPageEnabled {
+		files = append(files, protocol.SupportFile{Path: originErrorPagePath, Content: originErrorHTML(&s.Config)})
+	}
+	if rd.sw.enabled() {
+		offline := offlineHTML(&s.Config)
+		files = append(files,
+			protocol.SupportFile{Path: swJSPath, Content: swJS(offline)},
+			protocol.SupportFile{Path: swOfflinePath, Content: offline})
+	}
+	files = append(files, protocol.SupportFile{Path: sourceConfigPath, Content: sourceConfigJSON})
+	return &Output{
+		Main:  renderMain(&s.Config, requestRates(s.Routes, &s.Config)),
+		Route: rd.b.String(),
+		Files: dedupeSorted(files),
+	}, nil
 }
 
 // Checksum is the PROTOCOL 4.3 checksum of the output.
@@ -42,30 +94,36 @@ func (o *Output) RouteChecksum() string { return sha256Hex(o.Route) }
 // Checksum computes PROTOCOL 4.3 over main, route and files: deduplicated by
 // path (last wins), openresty_config.json dropped, sorted by path.
 func Checksum(main, route string, files []protocol.SupportFile) string {
-	byPath := make(map[string]string, len(files))
-	for _, f := range files {
-		byPath[f.Path] = f.Content
-	}
-	delete(byPath, "openresty_config.json")
-	paths := make([]string, 0, len(byPath))
-	for p := range byPath {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
 	h := sha256.New()
-	var b strings.Builder
-	b.WriteString(main)
-	b.WriteString("\n--route-config--\n")
-	b.WriteString(route)
-	b.WriteString("\n--support-files--\n")
-	h.Write([]byte(b.String()))
-	for _, p := range paths {
-		h.Write([]byte(p))
+	for _, s := range []string{main, "\n--route-config--\n", route, "\n--support-files--\n"} {
+		h.Write([]byte(s))
+	}
+	for _, f := range dedupeSorted(files) {
+		if f.Path == sourceConfigPath {
+			continue
+		}
+		h.Write([]byte(f.Path))
 		h.Write([]byte{'\n'})
-		h.Write([]byte(byPath[p]))
+		h.Write([]byte(f.Content))
 		h.Write([]byte{'\n'})
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// dedupeSorted keeps the last file of each path and sorts by path (byte-wise).
+func dedupeSorted(files []protocol.SupportFile) []protocol.SupportFile {
+	last := make(map[string]int, len(files))
+	for i, f := range files {
+		last[f.Path] = i
+	}
+	out := make([]protocol.SupportFile, 0, len(last))
+	for i, f := range files {
+		if last[f.Path] == i {
+			out = append(out, f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }
 
 func sha256Hex(s string) string {

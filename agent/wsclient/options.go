@@ -1,0 +1,86 @@
+package wsclient
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults applied by Run to zero Options fields.
+const (
+	DefaultDialTimeout  = 10 * time.Second // request_timeout default (PROTOCOL 1.1)
+	DefaultWriteTimeout = 5 * time.Second  // upstream agent write deadline (PROTOCOL 3.4)
+	DefaultInterval     = 3 * time.Second  // server heartbeat_interval default (PROTOCOL 2.2)
+	DefaultMaxFrame     = 32 << 20         // a waf_ip_groups push can carry ~20 MiB
+	minReadDeadline     = 75 * time.Second // upstream: max(6 × request_timeout, 75 s)
+)
+
+// Options configures one connection.
+type Options struct {
+	ServerURL    string
+	Token        string
+	AgentVersion string // sent as User-Agent "openflare-agent/<v>"
+
+	// DialTimeout bounds the TCP/TLS dial plus the upgrade handshake
+	// (request_timeout). Zero means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ReadDeadline: no inbound frame for this long means the connection is
+	// half-open. Zero means max(6 × DialTimeout, 75 s), as upstream.
+	ReadDeadline time.Duration
+	// WriteTimeout bounds each frame write. Zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// Interval is the status period, asked again before every tick because the
+	// server's heartbeat_interval can change at run time. Nil or a
+	// non-positive result means DefaultInterval.
+	Interval func() time.Duration
+	// MaxFrame caps an inbound frame in bytes. Zero means DefaultMaxFrame.
+	MaxFrame int
+	// Log receives connection events; nil discards them.
+	Log *slog.Logger
+	// TLSConfig is used for wss; nil means system roots. Certificate
+	// verification is always on (PROTOCOL 0 has no insecure mode).
+	TLSConfig *tls.Config
+	// Stats counts ignored inbound frames; nil means they are not counted.
+	Stats *Stats
+}
+
+// Stats counts inbound frames that were ignored. Share one across Run calls
+// to get totals; the fields are safe for concurrent use.
+type Stats struct {
+	Unknown     atomic.Uint64 // valid message with a type this agent does not know
+	Undecodable atomic.Uint64 // not JSON, or a payload that does not fit its type
+}
+
+func (o Options) withDefaults() Options {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ReadDeadline <= 0 {
+		o.ReadDeadline = max(6*o.DialTimeout, minReadDeadline)
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxFrame <= 0 {
+		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Stats == nil {
+		o.Stats = new(Stats)
+	}
+	return o
+}
+
+// interval returns the current status period.
+func (o Options) interval() time.Duration {
+	if o.Interval == nil {
+		return DefaultInterval
+	}
+	if d := o.Interval(); d > 0 {
+		return d
+	}
+	return DefaultInterval
+}
