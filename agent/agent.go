@@ -14,9 +14,11 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/controlplane"
+	"github.com/openflare/openflare-agent/agent/ipgroups"
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/nodeip"
+	"github.com/openflare/openflare-agent/agent/observability"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/sync"
 	"github.com/openflare/openflare-agent/agent/wsclient"
@@ -41,11 +43,16 @@ type Agent struct {
 	caps    *nginx.Caps
 	syncer  *sync.Syncer
 	ip      *nodeip.Detector
+	obs     *observability.Collector
+	ipg     *ipgroups.Store
 
 	interval  atomic.Int64 // time.Duration: the server's heartbeat_interval once known
 	wsAllowed atomic.Bool  // the server's websocket_upgrade_enabled
-	wsStats   wsclient.Stats
-	syncs     chan syncRequest
+	// morePending: the last beat left access-log lines waiting (the per-beat
+	// cap), so the next one goes out sooner.
+	morePending atomic.Bool
+	wsStats     wsclient.Stats
+	syncs       chan syncRequest
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -80,6 +87,22 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)
+	if a.ipg, err = ipgroups.Open(cfg.RuntimeConfigDir, o.Log); err != nil {
+		return nil, err
+	}
+	a.obs, err = observability.New(observability.Options{
+		AccessLogPath:     cfg.AccessLogPath,
+		StateFile:         filepath.Join(stateDir, "observability-state.json"),
+		BufferPath:        cfg.ObservabilityBufferPath,
+		DataDir:           cfg.DataDir,
+		MainConfigPath:    cfg.MainConfigPath,
+		ObservabilityPort: cfg.ObservabilityPort,
+		ReplayMinutes:     cfg.ObservabilityReplayMinutes,
+		Log:               o.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.syncer = &sync.Syncer{
 		CP:         a.cp,
 		Store:      store,
@@ -88,6 +111,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		BackupDir:  filepath.Join(stateDir, "apply-backup"),
 		StagingDir: filepath.Join(stateDir, "apply-staging"),
 		Log:        o.Log,
+		AfterApply: a.reconcileIPGroups,
 	}
 	caps, err := nginx.Probe(ctx, cfg.OpenRestyPath)
 	if err != nil {
@@ -126,6 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.channels(ctx)
 	<-done
 	a.cp.CloseIdle()
+	a.obs.Close()
 	a.log.Info("agent stopped; nginx left running")
 	return nil
 }

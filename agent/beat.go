@@ -4,32 +4,69 @@ import (
 	"context"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/ipgroups"
+	"github.com/openflare/openflare-agent/agent/observability"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
 )
 
-// beat is one status report on either channel.
+// beat is one status report on either channel: the payload, and the
+// observability data it carries, which is only acknowledged once the
+// server took the beat.
 type beat struct {
 	payload *protocol.NodePayload
+	report  *observability.Report
 }
 
-// newBeat builds the NodePayload of a register, heartbeat or WS status:
-// the same payload on every channel.
+// newBeat probes nginx, collects host facts and new access-log lines, and
+// builds the NodePayload: the same on every channel.
 func (a *Agent) newBeat(ctx context.Context) *beat {
-	return &beat{payload: a.payload(ctx)}
+	r := a.obs.Collect(ctx)
+	if r.Status != "" {
+		a.recordHealth(r.Status, r.Message)
+	}
+	p := a.payload(ctx)
+	p.Profile = r.Profile
+	p.HostMetrics = r.HostMetrics
+	p.EdgeHealth = r.EdgeHealth
+	p.AccessLogs = r.AccessLogs
+	p.Buffered = r.Buffered
+	p.HealthEvents = append(p.HealthEvents, r.Events...)
+	return &beat{payload: p, report: r}
 }
 
-// beatDone records a beat the server accepted.
+// recordHealth applies a probe result. A healthy probe clears the message;
+// an unhealthy one only sets it when none is there (PROTOCOL 12.3), so the
+// reason an apply gave is not overwritten by "unreachable".
+func (a *Agent) recordHealth(status, msg string) {
+	err := a.store.Update(func(s *state.State) {
+		s.OpenRestyStatus = status
+		switch {
+		case status == protocol.StatusHealthy:
+			s.OpenRestyMessage = ""
+		case s.OpenRestyMessage == "":
+			s.OpenRestyMessage = msg
+		}
+	})
+	if err != nil {
+		a.log.Warn("record nginx health", "err", err)
+	}
+}
+
+// beatDone acknowledges a beat the server accepted.
 func (a *Agent) beatDone(b *beat, channel string) {
+	a.obs.Ack(b.report)
+	a.morePending.Store(b.report.More)
 	if err := a.store.Update(func(s *state.State) { s.LastHeartbeatUnix = time.Now().Unix(); s.Channel = channel }); err != nil {
 		a.log.Warn("record heartbeat", "err", err)
 	}
 }
 
-// beatFailed settles a beat the server never got.
-func (a *Agent) beatFailed(b *beat) {}
+// beatFailed keeps what a beat carried for the next one.
+func (a *Agent) beatFailed(b *beat) { a.obs.Nack(b.report) }
 
-// payload is the NodePayload of a register, heartbeat or WS status.
+// payload is the NodePayload without observability: what a register call
+// sends, and the base of every beat.
 func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 	st := a.store.Get()
 	ip := a.cfg.NodeIP
@@ -56,19 +93,45 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 		events = append(events, protocol.HealthEvent{EventType: "sync_error", Severity: "warning", Message: st.LastError, TriggeredAtUnix: now})
 	}
 	return &protocol.NodePayload{
-		SchemaVersion:    protocol.SchemaVersion,
-		NodeID:           st.NodeID,
-		Name:             a.cfg.NodeName,
-		IP:               ip,
-		Version:          a.version,
-		ExtVersion:       ext,
-		CurrentVersion:   st.CurrentVersion,
-		LastError:        st.LastError,
-		OpenRestyStatus:  status,
-		OpenRestyMessage: msg,
-		HealthEvents:     events,
+		SchemaVersion:       protocol.SchemaVersion,
+		NodeID:              st.NodeID,
+		Name:                a.cfg.NodeName,
+		IP:                  ip,
+		Version:             a.version,
+		ExtVersion:          ext,
+		CurrentVersion:      st.CurrentVersion,
+		LastError:           st.LastError,
+		OpenRestyStatus:     status,
+		OpenRestyMessage:    msg,
+		HealthEvents:        events,
+		WAFIPGroupChecksums: a.ipg.Checksums(),
 	}
 }
 
-// pushIPGroups lands groups pushed by a heartbeat reply or the WebSocket.
-func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {}
+// pushIPGroups lands groups pushed by a heartbeat reply or the WebSocket:
+// only groups already in the snapshot, each verified, no nginx reload.
+func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
+	if len(groups) == 0 {
+		return
+	}
+	res, err := a.ipg.Push(groups)
+	a.logIPGroups("pushed", res.Landed, res.Rejected, err)
+}
+
+// reconcileIPGroups replaces the snapshot with exactly the groups the new
+// version references (PROTOCOL 7.2), after a success or warning apply.
+func (a *Agent) reconcileIPGroups(ctx context.Context, wafConfig string) {
+	res, err := a.ipg.Reconcile(ctx, []byte(wafConfig), a.cp.SyncIPGroups)
+	a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
+}
+
+func (a *Agent) logIPGroups(how string, landed []uint, rejected []ipgroups.Rejection, err error) {
+	for _, r := range rejected {
+		a.log.Warn("IP group rejected", "id", r.ID, "reason", r.Reason)
+	}
+	if err != nil {
+		a.log.Error("IP groups "+how, "err", err)
+	} else if len(landed) > 0 {
+		a.log.Info("IP groups "+how, "landed", landed)
+	}
+}

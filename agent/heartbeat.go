@@ -81,7 +81,7 @@ func (a *Agent) channels(ctx context.Context) {
 			// Straight back to an HTTP beat: the server must not see a gap.
 			continue
 		}
-		wait := a.heartbeatInterval()
+		wait := a.statusInterval()
 		if a.wsAllowed.Load() {
 			wait = min(wait, max(time.Until(wsNext), 0))
 		}
@@ -101,7 +101,7 @@ func (a *Agent) runWebSocket(ctx context.Context) (time.Time, error) {
 		Token:        a.cp.Token(),
 		AgentVersion: a.version,
 		DialTimeout:  a.cfg.RequestTimeout,
-		Interval:     a.heartbeatInterval,
+		Interval:     a.statusInterval,
 		Log:          a.log,
 		Stats:        &a.wsStats,
 	}, h, func() {
@@ -180,3 +180,16 @@ func (a *Agent) onSettings(s protocol.AgentSettings) {
 }
 
 func (a *Agent) heartbeatInterval() time.Duration { return time.Duration(a.interval.Load()) }
+
+// catchUp is the beat period while access-log lines wait beyond the
+// per-beat cap, e.g. after an outage on a busy node.
+const catchUp = 200 * time.Millisecond
+
+// statusInterval is the time to the next beat.
+func (a *Agent) statusInterval() time.Duration {
+	iv := a.heartbeatInterval()
+	if a.morePending.Load() {
+		return min(iv, catchUp)
+	}
+	return iv
+}

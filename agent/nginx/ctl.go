@@ -109,7 +109,9 @@ func (n *Ctl) Activate(ctx context.Context) error {
 
 // reload sends SIGHUP and confirms the master re-read the configuration:
 // new workers appear. A master that rejects the new configuration keeps its
-// old workers and logs [emerg]; that is reported as the error.
+// old workers and logs [emerg] under its own pid; that is reported as the
+// error. (Workers may log [emerg] too, e.g. initgroups inside a user
+// namespace, without the reload failing.)
 func (n *Ctl) reload(ctx context.Context, pid int) error {
 	before := WorkerPIDs(pid)
 	logMark := fileSize(n.ErrorLog)
@@ -121,10 +123,10 @@ func (n *Ctl) reload(ctx context.Context, pid int) error {
 		if !isNginx(pid) {
 			return fmt.Errorf("reload: master %d exited: %s", pid, n.errorsSince(logMark))
 		}
-		if hasNew(before, WorkerPIDs(pid)) {
+		if hasNew(before, WorkerPIDs(pid)) && retired(before) {
 			return nil
 		}
-		if msg := n.errorsSince(logMark); strings.Contains(msg, "[emerg]") {
+		if msg := n.errorsSince(logMark); strings.Contains(msg, fmt.Sprintf("[emerg] %d#", pid)) {
 			return fmt.Errorf("reload rejected by nginx: %s", msg)
 		}
 		if time.Now().After(deadline) {
@@ -260,6 +262,28 @@ func WorkerPIDs(master int) []int {
 		}
 	}
 	return pids
+}
+
+// retired reports whether every old worker has left or started its
+// graceful exit (nginx retitles it "worker process is shutting down" as it
+// closes its listening sockets), so new connections reach new workers only.
+func retired(old []int) bool {
+	for _, p := range old {
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		if err == nil && !bytes.Contains(cmd, []byte("shutting down")) && isAlive(p) {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
 func hasNew(before, after []int) bool {

@@ -57,7 +57,10 @@ http {
 
 func get(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1/")
+	// A fresh connection each time: a kept-alive one would still reach a
+	// worker of the previous configuration.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://127.0.0.1/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,10 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	if startup && st.CurrentVersion == ac.Version && st.CurrentChecksum == ac.Checksum && s.Ctl.Running() && set.Unchanged() {
 		return Outcome{Result: protocol.ResultSuccess, Message: "apply success"}
 	}
+	// nginx -t opens the logs and creates temp paths named in the config.
+	if err := landing.MakeDirs(s.Paths); err != nil {
+		return fail(err)
+	}
 	staged, err := landing.Stage(s.StagingDir, s.Paths, mainText, routeText, out.Files)
 	if err == nil {
 		err = s.Ctl.Test(ctx, staged)
@@ -54,9 +58,6 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	os.RemoveAll(s.StagingDir)
 	if err != nil {
 		return fail(fmt.Errorf("staged validation: %w", err))
-	}
-	if err := landing.MakeDirs(s.Paths); err != nil {
-		return fail(err)
 	}
 	touched, err := set.Touched()
 	if err != nil {

@@ -1,0 +1,193 @@
+package ipgroups
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+// group builds a group as the server ships it, with its true checksum.
+func group(id uint, enabled bool, ips ...string) protocol.WAFIPGroup {
+	g := protocol.WAFIPGroup{ID: id, Name: fmt.Sprintf("g%d", id), Type: "manual", Enabled: enabled, IPList: ips}
+	g.Checksum = Checksum(g)
+	return g
+}
+
+// bigList returns n distinct IPv4 /32 entries in a scrambled order, tagged
+// by variant so two variants differ in every entry.
+func bigList(n, variant int) []string {
+	list := make([]string, n)
+	for i := range list {
+		// An odd multiplier permutes the 24-bit host space.
+		h := (i*40503 + 12345) & 0xffffff
+		list[i] = fmt.Sprintf("%d.%d.%d.%d", 1+variant%200, h>>16, h>>8&0xff, h&0xff)
+	}
+	return list
+}
+
+// wafConfig is a waf_config.json whose one rule group has an ip_match node
+// referencing ids.
+func wafConfig(ids ...uint) []byte {
+	cfg, _ := json.Marshal(map[string][]uint{"ip_group_ids": ids})
+	return []byte(`{"rule_groups":[{"id":1,"name":"r","enabled":true,"is_global":true,"block_status_code":403,` +
+		`"graph":{"entry":"m","nodes":{"m":{"type":"ip_match","config":` + string(cfg) + `,"next":{"true":"b","false":"a"}},` +
+		`"a":{"type":"allow"},"b":{"type":"block"}}}}],"bindings":[]}`)
+}
+
+// fakeServer is E6 as a closure: it returns every requested group whose
+// checksum differs from the one the agent sent, and records each request.
+type fakeServer struct {
+	groups   map[uint]protocol.WAFIPGroup
+	requests []protocol.IPGroupSyncRequest
+}
+
+func newServer(groups ...protocol.WAFIPGroup) *fakeServer {
+	s := &fakeServer{groups: make(map[uint]protocol.WAFIPGroup)}
+	s.set(groups...)
+	return s
+}
+
+func (s *fakeServer) set(groups ...protocol.WAFIPGroup) {
+	for _, g := range groups {
+		s.groups[g.ID] = g
+	}
+}
+
+func (s *fakeServer) sync(_ context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+	s.requests = append(s.requests, protocol.IPGroupSyncRequest{IDs: slices.Clone(req.IDs), Checksums: req.Checksums})
+	var reply protocol.IPGroupSyncReply
+	for _, id := range req.IDs {
+		g, ok := s.groups[id]
+		if ok && req.Checksums[idKey(id)] != g.Checksum {
+			reply.Groups = append(reply.Groups, g)
+		}
+	}
+	return reply, nil
+}
+
+// seed creates a store in a fresh directory holding groups.
+func seed(t testing.TB, groups ...protocol.WAFIPGroup) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint
+	for _, g := range groups {
+		ids = append(ids, g.ID)
+	}
+	if _, err := s.Reconcile(context.Background(), wafConfig(ids...), newServer(groups...).sync); err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+// expectedSnapshot is what encoding/json makes of the groups as a Go map:
+// the exact bytes the store must write.
+func expectedSnapshot(groups ...protocol.WAFIPGroup) []byte {
+	m := make(map[string]protocol.WAFIPGroup, len(groups))
+	for _, g := range groups {
+		if g.IPList == nil {
+			g.IPList = []string{}
+		}
+		m[idKey(g.ID)] = g
+	}
+	b, _ := json.Marshal(struct {
+		Groups map[string]protocol.WAFIPGroup `json:"groups"`
+	}{m})
+	return b
+}
+
+func sha(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// assertSnapshot checks the JSON file holds exactly groups, that the
+// checksum file describes it, and that both are readable by the workers.
+func assertSnapshot(t *testing.T, dir string, groups ...protocol.WAFIPGroup) {
+	t.Helper()
+	data := readFile(t, filepath.Join(dir, snapshotName))
+	if want := expectedSnapshot(groups...); !bytes.Equal(data, want) {
+		t.Fatalf("snapshot:\n got %.300s\nwant %.300s", data, want)
+	}
+	assertConsistent(t, dir)
+}
+
+// assertConsistent checks the checksum file is sha256(JSON)+"\n" and both
+// files are mode 0644.
+func assertConsistent(t *testing.T, dir string) {
+	t.Helper()
+	data := readFile(t, filepath.Join(dir, snapshotName))
+	if got, want := string(readFile(t, filepath.Join(dir, checksumName))), sha(data)+"\n"; got != want {
+		t.Fatalf("checksum file %q, want %q", got, want)
+	}
+	for _, name := range []string{snapshotName, checksumName} {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().Perm() != 0o644 {
+			t.Fatalf("%s mode %v, want 0644", name, info.Mode().Perm())
+		}
+	}
+}
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// snapshotFiles returns both files' bytes and stat results, to prove an
+// update left them alone.
+type fileState struct {
+	data []byte
+	info os.FileInfo
+}
+
+func snapshotFiles(t *testing.T, dir string) []fileState {
+	t.Helper()
+	var out []fileState
+	for _, name := range []string{snapshotName, checksumName} {
+		path := filepath.Join(dir, name)
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fileState{readFile(t, path), info})
+	}
+	return out
+}
+
+func assertUntouched(t *testing.T, dir string, before []fileState) {
+	t.Helper()
+	after := snapshotFiles(t, dir)
+	for i := range before {
+		b, a := before[i], after[i]
+		if !bytes.Equal(b.data, a.data) || !os.SameFile(b.info, a.info) || !b.info.ModTime().Equal(a.info.ModTime()) {
+			t.Fatalf("%s was rewritten", b.info.Name())
+		}
+	}
+}
+
+func sums(groups ...protocol.WAFIPGroup) map[string]string {
+	m := make(map[string]string)
+	for _, g := range groups {
+		m[idKey(g.ID)] = g.Checksum
+	}
+	return m
+}

@@ -1,0 +1,303 @@
+package ipgroups
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/render"
+	"github.com/openflare/openflare-agent/agent/state"
+)
+
+// Store is the snapshot in runtime_config_dir: waf_ip_groups.json and
+// waf_ip_groups.json.checksum. A snapshot may hold 1.5 million entries, so
+// between calls only id → checksum stays in memory; an update re-reads the
+// file and splices raw per-group JSON.
+type Store struct {
+	dir string
+	log *slog.Logger
+
+	// mu serialises updates: a heartbeat push and a post-apply reconcile
+	// both rewrite the whole file.
+	mu   sync.Mutex
+	sums map[string]string // "<id>" → checksum of every group in the file; never nil
+}
+
+// Result says what an update did.
+type Result struct {
+	Landed    []uint      // groups written with new content, ascending
+	Rejected  []Rejection // groups refused because their checksum did not verify
+	Dropped   []uint      // groups removed because the WAF config no longer references them, ascending
+	Unchanged bool        // nothing was written
+}
+
+// Rejection is a group from the server that was not landed.
+type Rejection struct {
+	ID     uint
+	Reason string
+}
+
+// Open loads the per-group checksums of the snapshot in dir. A missing file
+// is an empty snapshot. A file that cannot be used is moved aside as
+// <name>.corrupt-<unix> with a warning and the store starts empty, so a bad
+// file never makes the agent crash-loop.
+func Open(dir string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return nil, fmt.Errorf("ip groups: create %s: %w", dir, err)
+	}
+	removeStaleTemps(dir)
+	s := &Store{dir: dir, log: log, sums: map[string]string{}}
+	data, err := readSnapshotFile(s.path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil && !errors.Is(err, errTooLarge) {
+		return nil, fmt.Errorf("ip groups: read snapshot: %w", err)
+	}
+	if err == nil {
+		sums, perr := parseHeads(data)
+		if perr == nil {
+			s.sums = sums
+			return s, s.repairChecksum(data)
+		}
+		err = perr
+	}
+	aside, merr := moveAside(dir)
+	if merr != nil {
+		return nil, merr
+	}
+	log.Warn("ip group snapshot could not be used; moved aside, starting empty", "path", s.path(), "moved_to", aside, "err", err)
+	return s, nil
+}
+
+// repairChecksum rewrites the checksum file when it does not describe the
+// JSON: a crash between the two writes leaves it one version behind, and
+// the Lua side would keep the old groups while heartbeats report the new.
+func (s *Store) repairChecksum(data []byte) error {
+	want := checksumLine(data)
+	have, err := os.ReadFile(filepath.Join(s.dir, checksumName))
+	if err == nil && bytes.Equal(have, want) {
+		return nil
+	}
+	if err := state.WriteFile(filepath.Join(s.dir, checksumName), want, fileMode); err != nil {
+		return fmt.Errorf("ip groups: repair checksum file: %w", err)
+	}
+	s.log.Info("ip group checksum file did not match the snapshot; rewritten", "path", filepath.Join(s.dir, checksumName))
+	return nil
+}
+
+func (s *Store) path() string { return filepath.Join(s.dir, snapshotName) }
+
+// Checksums returns "<id>" → checksum of every group in the snapshot, for
+// the heartbeat's waf_ip_group_checksums. The map is a copy, never nil.
+func (s *Store) Checksums() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.sums)
+}
+
+// Push lands groups from a heartbeat reply or a WebSocket waf_ip_groups
+// message. Only groups already in the snapshot are updated: new ids arrive
+// only through Reconcile (PROTOCOL 7.2). A group whose checksum does not
+// verify is rejected and reported while the others still land. Nothing is
+// written when no group changed.
+func (s *Store) Push(groups []protocol.WAFIPGroup) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed, rejected, err := s.verifyChanged(groups, func(key string) bool {
+		_, ok := s.sums[key]
+		return ok
+	})
+	res := Result{Rejected: rejected}
+	if err != nil {
+		return res, err
+	}
+	if len(changed) == 0 {
+		res.Unchanged = true
+		return res, nil
+	}
+	raw, err := readRaw(s.path())
+	if err != nil {
+		return res, err
+	}
+	for key, v := range changed {
+		raw[key] = v.raw
+	}
+	if err := s.land(raw); err != nil {
+		return res, err
+	}
+	for key, v := range changed {
+		s.sums[key] = v.checksum
+		res.Landed = append(res.Landed, v.id)
+	}
+	slices.Sort(res.Landed)
+	return res, nil
+}
+
+// Reconcile runs the post-apply sync (PROTOCOL 7.2) after an apply whose
+// outcome was success or warning. It asks syncGroups (E6) for every group
+// wafConfigJSON references, sending the local checksums so the server
+// returns only what differs, and replaces the snapshot with exactly those
+// groups. With no reference E6 is not called and the snapshot becomes
+// {"groups":{}}. A referenced group that is still missing afterwards is an
+// error naming it; the rest still lands. The store is locked for the whole
+// call, so a concurrent Push waits for the sync to finish.
+func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error)) (Result, error) {
+	ids, err := render.IPGroupIDs(wafConfigJSON)
+	if err != nil {
+		return Result{}, fmt.Errorf("ip groups: referenced groups: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	var reply protocol.IPGroupSyncReply
+	if len(ids) > 0 {
+		req := &protocol.IPGroupSyncRequest{IDs: ids, Checksums: make(map[string]string)}
+		for _, id := range ids {
+			if sum := s.sums[idKey(id)]; sum != "" {
+				req.Checksums[idKey(id)] = sum
+			}
+		}
+		if reply, err = syncGroups(ctx, req); err != nil {
+			return Result{}, fmt.Errorf("ip groups: sync %d groups: %w", len(ids), err)
+		}
+	}
+
+	referenced := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		referenced[idKey(id)] = true
+	}
+	fresh, rejected, err := s.verifyChanged(reply.Groups, func(key string) bool { return referenced[key] })
+	res := Result{Rejected: rejected}
+	if err != nil {
+		return res, err
+	}
+
+	var kept []uint
+	var missing []uint
+	for _, id := range ids {
+		if _, ok := fresh[idKey(id)]; ok {
+			continue
+		}
+		if _, ok := s.sums[idKey(id)]; ok {
+			kept = append(kept, id)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	for key := range s.sums {
+		if !referenced[key] {
+			id, _ := parseKey(key)
+			res.Dropped = append(res.Dropped, id)
+		}
+	}
+	slices.Sort(res.Dropped)
+
+	// A missing file is rewritten even when nothing changed, so the Lua
+	// side gets a definite snapshot (at least {"groups":{}}).
+	if _, statErr := os.Stat(s.path()); statErr == nil && len(fresh) == 0 && len(res.Dropped) == 0 {
+		res.Unchanged = true
+		return res, missingError(missing)
+	}
+
+	out := make(map[string]json.RawMessage, len(ids))
+	sums := make(map[string]string, len(ids))
+	var readErr error
+	if len(kept) > 0 {
+		raw, err := readRaw(s.path())
+		// Unreadable local copies count as missing: landing the fresh
+		// groups is still better than keeping the whole old snapshot.
+		readErr = err
+		for _, id := range kept {
+			key := idKey(id)
+			if r, ok := raw[key]; ok {
+				out[key] = r
+				sums[key] = s.sums[key]
+			} else {
+				missing = append(missing, id)
+			}
+		}
+	}
+	for key, v := range fresh {
+		out[key] = v.raw
+		sums[key] = v.checksum
+		res.Landed = append(res.Landed, v.id)
+	}
+	if err := s.land(out); err != nil {
+		return Result{Rejected: res.Rejected}, err
+	}
+	s.sums = sums
+	slices.Sort(res.Landed)
+	slices.Sort(missing)
+	return res, errors.Join(readErr, missingError(missing))
+}
+
+// verifyChanged verifies the groups that wanted accepts and returns, by
+// "<id>", those whose content differs from the local copy, plus the
+// rejected ones. Of several valid entries for one id the last wins. Same
+// checksum means same membership: a rename alone is not worth rewriting a
+// file of up to 20 MiB (the Lua side ignores names).
+func (s *Store) verifyChanged(groups []protocol.WAFIPGroup, wanted func(key string) bool) (map[string]verifiedGroup, []Rejection, error) {
+	changed := make(map[string]verifiedGroup)
+	var rejected []Rejection
+	for _, g := range groups {
+		key := idKey(g.ID)
+		if !wanted(key) {
+			s.log.Debug("ip group ignored: not in the snapshot or not referenced", "id", g.ID)
+			continue
+		}
+		v, reason, err := verify(g)
+		if err != nil {
+			return nil, rejected, err
+		}
+		if reason != "" {
+			rejected = append(rejected, Rejection{ID: g.ID, Reason: reason})
+			continue
+		}
+		if local, ok := s.sums[key]; ok && local == v.checksum {
+			delete(changed, key)
+			continue
+		}
+		changed[key] = v
+	}
+	return changed, rejected, nil
+}
+
+// land encodes and writes a complete snapshot, leaving the old files
+// untouched when it is over the size limit or the JSON write fails.
+func (s *Store) land(groups map[string]json.RawMessage) error {
+	data, err := encodeSnapshot(groups)
+	if err != nil {
+		return err
+	}
+	return writeSnapshot(s.dir, data)
+}
+
+// missingError names referenced groups the snapshot still lacks, or is nil.
+func missingError(ids []uint) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = idKey(id)
+	}
+	return fmt.Errorf("ip groups: referenced groups missing after sync: %s", strings.Join(names, ", "))
+}
+
+func idKey(id uint) string { return strconv.FormatUint(uint64(id), 10) }

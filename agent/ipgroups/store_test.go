@@ -1,0 +1,481 @@
+package ipgroups
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+func TestPushUpdatesPresentGroupsOnly(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.1")
+	s, dir := seed(t, g3, g4)
+
+	g3b := group(3, true, "203.0.113.0/24", "198.51.100.8")
+	bad := group(4, true, "192.0.2.99")
+	bad.Checksum = g4.Checksum // content changed, checksum did not
+	res, err := s.Push([]protocol.WAFIPGroup{g3b, group(99, true, "10.0.0.1"), bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Landed, []uint{3}) || res.Unchanged || len(res.Dropped) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if len(res.Rejected) != 1 || res.Rejected[0].ID != 4 || !strings.Contains(res.Rejected[0].Reason, "checksum") {
+		t.Fatalf("rejected %+v", res.Rejected)
+	}
+	assertSnapshot(t, dir, g3b, g4)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3b, g4)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+}
+
+func TestPushUnchangedWritesNothing(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, false)
+	s, dir := seed(t, g3, g4)
+	before := snapshotFiles(t, dir)
+
+	renamed := g3
+	renamed.Name = "renamed" // not covered by the checksum
+	for _, push := range [][]protocol.WAFIPGroup{nil, {g3, g4}, {renamed}, {group(50, true, "10.0.0.1")}} {
+		res, err := s.Push(push)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Unchanged || len(res.Landed) != 0 || len(res.Rejected) != 0 {
+			t.Fatalf("push %v: result %+v", push, res)
+		}
+	}
+	// A push whose only group is rejected writes nothing either.
+	bad := group(3, true, "10.9.9.9")
+	bad.Checksum = strings.Repeat("0", 64)
+	if res, err := s.Push([]protocol.WAFIPGroup{bad}); err != nil || !res.Unchanged || len(res.Rejected) != 1 {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	assertUntouched(t, dir, before)
+}
+
+// A null ip_list lands as [] so the Lua side always finds a table.
+func TestPushNullList(t *testing.T) {
+	s, dir := seed(t, group(3, true, "198.51.100.7"))
+	g := group(3, true)
+	if g.IPList != nil {
+		t.Fatal("want a nil list")
+	}
+	if _, err := s.Push([]protocol.WAFIPGroup{g}); err != nil {
+		t.Fatal(err)
+	}
+	assertSnapshot(t, dir, g)
+	if !bytes.Contains(readFile(t, filepath.Join(dir, snapshotName)), []byte(`"ip_list":[]`)) {
+		t.Fatal("null list not stored as []")
+	}
+}
+
+// Unchanged groups keep their exact bytes across an update of another one.
+func TestPushKeepsOtherGroupsByteIdentical(t *testing.T) {
+	g3 := group(3, true, "a<b>&c", "2001:db8::1") // characters encoding/json escapes
+	g10 := group(10, true, bigList(1000, 1)...)
+	s, dir := seed(t, g3, g10)
+	raw := func() []byte {
+		m, err := readRaw(filepath.Join(dir, snapshotName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m["3"]
+	}
+	before := raw()
+	g10b := group(10, true, bigList(1000, 2)...)
+	if _, err := s.Push([]protocol.WAFIPGroup{g10b}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw(), before) {
+		t.Fatal("group 3 changed bytes")
+	}
+	// "10" sorts before "3", as Go map marshalling orders keys.
+	assertSnapshot(t, dir, g3, g10b)
+}
+
+func TestReconcileNoReferencedGroups(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSync := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+		t.Fatal("E6 called with no referenced group")
+		return protocol.IPGroupSyncReply{}, nil
+	}
+	res, err := s.Reconcile(context.Background(), wafConfig(), noSync)
+	if err != nil || res.Unchanged {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	if got := string(readFile(t, filepath.Join(dir, snapshotName))); got != `{"groups":{}}` {
+		t.Fatalf("snapshot %s", got)
+	}
+	assertConsistent(t, dir)
+
+	// Existing groups are dropped.
+	s, dir = seed(t, group(3, true, "198.51.100.7"), group(5, false))
+	res, err = s.Reconcile(context.Background(), []byte(`{"rule_groups":[],"bindings":[]}`), noSync)
+	if err != nil || !slices.Equal(res.Dropped, []uint{3, 5}) || len(res.Landed) != 0 {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	assertSnapshot(t, dir)
+	if got := s.Checksums(); got == nil || len(got) != 0 {
+		t.Fatalf("Checksums() = %#v", got)
+	}
+}
+
+func TestReconcileRequest(t *testing.T) {
+	dir := t.TempDir()
+	g3 := group(3, true, "198.51.100.7")
+	// Group 5 is stored without a checksum: it must not be sent.
+	g5 := group(5, true, "192.0.2.5")
+	g5.Checksum = ""
+	if err := os.WriteFile(filepath.Join(dir, snapshotName), expectedSnapshot(g3, g5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(g3, group(5, true, "192.0.2.5"), group(12, false))
+	if _, err := s.Reconcile(context.Background(), wafConfig(12, 3, 5, 3), srv.sync); err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.requests) != 1 {
+		t.Fatalf("%d requests", len(srv.requests))
+	}
+	req := srv.requests[0]
+	if !slices.Equal(req.IDs, []uint{3, 5, 12}) {
+		t.Errorf("ids %v, want sorted [3 5 12]", req.IDs)
+	}
+	if !maps.Equal(req.Checksums, map[string]string{"3": g3.Checksum}) {
+		t.Errorf("checksums %v", req.Checksums)
+	}
+	assertSnapshot(t, dir, g3, group(5, true, "192.0.2.5"), group(12, false))
+}
+
+func TestReconcileReplacesSnapshot(t *testing.T) {
+	g3, g4, g5 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4"), group(5, true, "192.0.2.5")
+	s, dir := seed(t, g3, g4, g5)
+
+	g4b, g6 := group(4, true, "192.0.2.44"), group(6, false)
+	srv := newServer(g3, g4b, g5, g6)
+	res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 6), srv.sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Landed, []uint{4, 6}) || !slices.Equal(res.Dropped, []uint{5}) || res.Unchanged || len(res.Rejected) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	assertSnapshot(t, dir, g3, g4b, g6)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3, g4b, g6)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+
+	// The same sync again changes nothing and writes nothing.
+	before := snapshotFiles(t, dir)
+	res, err = s.Reconcile(context.Background(), wafConfig(3, 4, 6), srv.sync)
+	if err != nil || !res.Unchanged {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	assertUntouched(t, dir, before)
+}
+
+func TestReconcileLegacyKeys(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := []byte(`{"rule_groups":[{"id":1,"name":"r","enabled":true,"is_global":true,"block_status_code":403,` +
+		`"ip_whitelist_group_ids":[21],"ip_blacklist_group_ids":[20,22],` +
+		`"graph":{"entry":"m","nodes":{"m":{"type":"ip_match","config":{"ip_group_ids":[23]}}}}}],"bindings":[]}`)
+	groups := []protocol.WAFIPGroup{group(20, true, "a"), group(21, true, "b"), group(22, true, "c"), group(23, true, "d")}
+	srv := newServer(groups...)
+	if _, err := s.Reconcile(context.Background(), cfg, srv.sync); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.requests[0].IDs; !slices.Equal(got, []uint{20, 21, 22, 23}) {
+		t.Fatalf("ids %v", got)
+	}
+	assertSnapshot(t, dir, groups...)
+}
+
+func TestReconcileMissingGroup(t *testing.T) {
+	g3 := group(3, true, "198.51.100.7")
+	s, dir := seed(t, g3)
+	g4 := group(4, true, "192.0.2.4")
+	srv := newServer(g3, g4) // the server does not know 8
+	res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 8), srv.sync)
+	if err == nil || !strings.Contains(err.Error(), "8") || strings.Contains(err.Error(), "3") || strings.Contains(err.Error(), "4") {
+		t.Fatalf("err %v, want one naming only 8", err)
+	}
+	if !slices.Equal(res.Landed, []uint{4}) {
+		t.Fatalf("result %+v", res)
+	}
+	assertSnapshot(t, dir, g3, g4)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3, g4)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+}
+
+// A snapshot removed behind the store's back: Push fails without writing,
+// Reconcile lands what the server returned and names what it lost.
+func TestSnapshotVanished(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4")
+	s, dir := seed(t, g3, g4)
+	os.Remove(filepath.Join(dir, snapshotName))
+	if _, err := s.Push([]protocol.WAFIPGroup{group(3, true, "10.0.0.3")}); err == nil {
+		t.Fatal("push without a snapshot succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("push wrote a snapshot: %v", err)
+	}
+	g4b := group(4, true, "192.0.2.44")
+	res, err := s.Reconcile(context.Background(), wafConfig(3, 4), newServer(g3, g4b).sync)
+	if err == nil || !strings.Contains(err.Error(), "missing after sync: 3") {
+		t.Fatalf("err %v", err)
+	}
+	if !slices.Equal(res.Landed, []uint{4}) {
+		t.Fatalf("result %+v", res)
+	}
+	assertSnapshot(t, dir, g4b)
+	// The next sync asks for 3 without a checksum and gets it back.
+	if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), newServer(g3, g4b).sync); err != nil {
+		t.Fatal(err)
+	}
+	assertSnapshot(t, dir, g3, g4b)
+}
+
+func TestReconcileRejectsBadChecksum(t *testing.T) {
+	g3 := group(3, true, "198.51.100.7")
+	s, dir := seed(t, g3)
+	bad3 := group(3, true, "10.0.0.3")
+	bad3.Checksum = strings.Repeat("a", 64)
+	bad9 := group(9, true, "10.0.0.9")
+	bad9.Checksum = strings.Repeat("b", 64)
+	g5 := group(5, true, "192.0.2.5")
+	sync := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+		return protocol.IPGroupSyncReply{Groups: []protocol.WAFIPGroup{bad3, g5, bad9}}, nil
+	}
+	res, err := s.Reconcile(context.Background(), wafConfig(3, 5, 9), sync)
+	// 3 keeps its old copy; 9 has none, so it is missing.
+	if err == nil || !strings.Contains(err.Error(), "missing after sync: 9") {
+		t.Fatalf("err %v", err)
+	}
+	var rejected []uint
+	for _, r := range res.Rejected {
+		rejected = append(rejected, r.ID)
+	}
+	if !slices.Equal(rejected, []uint{3, 9}) || !slices.Equal(res.Landed, []uint{5}) {
+		t.Fatalf("result %+v", res)
+	}
+	assertSnapshot(t, dir, g3, g5)
+}
+
+func TestReconcileFailures(t *testing.T) {
+	g3 := group(3, true, "198.51.100.7")
+	s, dir := seed(t, g3)
+	before := snapshotFiles(t, dir)
+
+	failing := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+		return protocol.IPGroupSyncReply{}, errors.New("HTTP 400")
+	}
+	if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), failing); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := s.Reconcile(context.Background(), []byte(`{"rule_groups":`), failing); err == nil {
+		t.Fatal("a broken waf config was accepted")
+	}
+	assertUntouched(t, dir, before)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+}
+
+// hugeList is an ip_list whose encoding alone exceeds MaxSnapshotBytes.
+func hugeList() []string {
+	list := make([]string, 21<<10)
+	for i := range list {
+		list[i] = fmt.Sprintf("%08d%s", i, strings.Repeat("x", 1016))
+	}
+	return list
+}
+
+func TestSnapshotSizeLimit(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4")
+	s, dir := seed(t, g3, g4)
+	before := snapshotFiles(t, dir)
+	big := group(3, true, hugeList()...)
+
+	check := func(res Result, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "limit") || !strings.Contains(err.Error(), fmt.Sprint(MaxSnapshotBytes)) {
+			t.Fatalf("err %v, want the size limit with sizes", err)
+		}
+		if len(res.Landed) != 0 {
+			t.Fatalf("result %+v", res)
+		}
+		assertUntouched(t, dir, before)
+		if got := s.Checksums(); !maps.Equal(got, sums(g3, g4)) {
+			t.Fatalf("Checksums() = %v", got)
+		}
+	}
+	check(s.Push([]protocol.WAFIPGroup{big}))
+	// Dropping 4 and adding 5 while 3 grows too large changes nothing either.
+	check(s.Reconcile(context.Background(), wafConfig(3, 5), newServer(big, group(5, false)).sync))
+}
+
+func TestOpenLoadsChecksums(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, false)
+	_, dir := seed(t, g3, g4)
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Checksums()
+	if !maps.Equal(got, sums(g3, g4)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+	got["3"] = "changed"
+	if s.Checksums()["3"] != g3.Checksum {
+		t.Fatal("Checksums() exposed the store's map")
+	}
+
+	empty, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := empty.Checksums(); got == nil || len(got) != 0 {
+		t.Fatalf("empty store Checksums() = %#v", got)
+	}
+}
+
+func TestOpenMovesCorruptSnapshotAside(t *testing.T) {
+	cases := map[string]string{
+		"not json":        `{"groups":{"3":`,
+		"groups array":    `{"groups":[]}`,
+		"no groups":       `{}`,
+		"null groups":     `{"groups":null}`,
+		"non-numeric key": `{"groups":{"x":{"id":0,"checksum":""}}}`,
+		"padded key":      `{"groups":{"03":{"id":3,"checksum":""}}}`,
+		"id mismatch":     `{"groups":{"3":{"id":4,"checksum":""}}}`,
+		"null group":      `{"groups":{"3":null}}`,
+		"scalar group":    `{"groups":{"3":7}}`,
+		// Refused by size before it is read: the tail is a sparse hole.
+		"too large": `{"groups":{}}`,
+	}
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, snapshotName)
+			os.WriteFile(path, []byte(content), 0o644)
+			if name == "too large" {
+				if err := os.Truncate(path, MaxSnapshotBytes+1); err != nil {
+					t.Fatal(err)
+				}
+				content = string(readFile(t, path))
+			}
+			os.WriteFile(filepath.Join(dir, checksumName), []byte(sha([]byte(content))+"\n"), 0o644)
+			s, err := Open(dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Checksums()) != 0 {
+				t.Fatalf("Checksums() = %v", s.Checksums())
+			}
+			aside, _ := filepath.Glob(filepath.Join(dir, snapshotName+".corrupt-*"))
+			if len(aside) != 1 || len(readFile(t, aside[0])) != len(content) {
+				t.Fatalf("moved aside: %v", aside)
+			}
+			for _, name := range []string{snapshotName, checksumName} {
+				if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("%s still there: %v", name, err)
+				}
+			}
+			// The store works from empty.
+			g := group(3, true, "198.51.100.7")
+			if _, err := s.Reconcile(context.Background(), wafConfig(3), newServer(g).sync); err != nil {
+				t.Fatal(err)
+			}
+			assertSnapshot(t, dir, g)
+		})
+	}
+}
+
+// A crash between the two writes leaves the checksum file one version
+// behind; Open brings it up to date so the Lua side adopts the JSON.
+func TestOpenRepairsChecksumFile(t *testing.T) {
+	g3 := group(3, true, "198.51.100.7")
+	_, dir := seed(t, g3)
+	for _, stale := range []string{"0000\n", ""} {
+		path := filepath.Join(dir, checksumName)
+		if stale == "" {
+			os.Remove(path)
+		} else {
+			os.WriteFile(path, []byte(stale), 0o644)
+		}
+		if _, err := Open(dir, nil); err != nil {
+			t.Fatal(err)
+		}
+		assertSnapshot(t, dir, g3)
+	}
+}
+
+func TestOpenRemovesStaleTemps(t *testing.T) {
+	_, dir := seed(t, group(3, true, "198.51.100.7"))
+	for _, name := range []string{"." + snapshotName + ".tmp-123", "." + checksumName + ".tmp-456"} {
+		os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o600)
+	}
+	if _, err := Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*")); len(left) != 0 {
+		t.Fatalf("stale temps left: %v", left)
+	}
+}
+
+// Heartbeat pushes, reconciles and checksum reads may run at once.
+func TestConcurrentUse(t *testing.T) {
+	s, dir := seed(t, group(3, true, "a"), group(4, true, "b"))
+	srv := newServer(group(3, true, "a"), group(4, true, "b"))
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := range 10 {
+				g := group(uint(3+i%2), true, fmt.Sprintf("10.%d.%d.1", i, j))
+				if _, err := s.Push([]protocol.WAFIPGroup{g}); err != nil {
+					t.Error(err)
+				}
+				s.Checksums()
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 10 {
+			if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), srv.sync); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	assertConsistent(t, dir)
+	reopened, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(reopened.Checksums(), s.Checksums()) {
+		t.Fatalf("memory %v, file %v", s.Checksums(), reopened.Checksums())
+	}
+}

@@ -1,0 +1,430 @@
+// Package e2e runs the real agent binary against the test control plane and
+// a real nginx, inside private namespaces (ports 80/443 on a private
+// loopback). Tests here are sequential: they share those ports.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/nginxtest"
+	"github.com/openflare/openflare-agent/testing/nstest"
+)
+
+func TestMain(m *testing.M) { nstest.Main(m) }
+
+var (
+	buildOnce gosync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// agentBinary builds the agent once per test binary, with the race
+// detector and the crash points compiled in.
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "openflare-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "openflare-agent")
+		cmd := exec.Command("go", "build", "-race", "-tags", "crashpoints", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build agent: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", os.ErrNotExist
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// controlPlane starts a test control plane with a short heartbeat interval
+// and the WebSocket channel off unless a test turns it on.
+func controlPlane(t *testing.T) *controlplane.Server {
+	t.Helper()
+	cp := controlplane.New()
+	if err := cp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	cp.UpdateSettings("", func(s *protocol.AgentSettings) {
+		s.HeartbeatInterval = 300
+		s.WebsocketUpgradeEnabled = false
+	})
+	return cp
+}
+
+// origin is a backend answering "origin-ok <name> <path>".
+func origin(t *testing.T, name string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "origin-ok %s %s", name, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// syncBuffer collects a process's output across restarts.
+type syncBuffer struct {
+	mu  gosync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// node is one edge node: an agent process, its files, and the nginx it runs.
+type node struct {
+	t      *testing.T
+	cp     *controlplane.Server
+	dir    string
+	config string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	logs   *syncBuffer
+}
+
+// newNode writes agent.json for a node registered in the UI (a node token)
+// unless conf sets the tokens itself. conf entries override the defaults.
+func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{t: t, cp: cp, dir: dir, config: filepath.Join(dir, "agent.json"), logs: &syncBuffer{}}
+	c := map[string]any{
+		"server_url":     cp.URL(),
+		"node_name":      "edge-" + strings.ReplaceAll(t.Name(), "/", "-"),
+		"node_ip":        "198.51.100.10",
+		"openresty_path": nginxtest.Binary(t),
+		"data_dir":       filepath.Join(dir, "data"),
+		// The control plane's settings say the same; until the first reply
+		// arrives this keeps retries and beats quick.
+		"heartbeat_interval": 300,
+	}
+	if _, ok := conf["discovery_token"]; !ok {
+		if _, ok := conf["agent_token"]; !ok {
+			_, tok := cp.AddNode(c["node_name"].(string))
+			c["agent_token"] = tok
+		}
+	}
+	for k, v := range conf {
+		c[k] = v
+	}
+	b, _ := json.MarshalIndent(c, "", "  ")
+	if err := os.WriteFile(n.config, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.cleanup)
+	return n
+}
+
+// start runs the agent; env adds environment variables.
+func (n *node) start(env ...string) {
+	n.t.Helper()
+	if n.cmd != nil {
+		n.t.Fatal("agent already running")
+	}
+	cmd := exec.Command(agentBinary(n.t), "-config", n.config)
+	cmd.Env = append(os.Environ(), "LOG_LEVEL=debug", "GORACE=halt_on_error=1")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdout, cmd.Stderr = n.logs, n.logs
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.cmd = cmd
+	n.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) {
+		c.Wait()
+		close(done)
+	}(cmd, n.exited)
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (n *node) stop() {
+	n.t.Helper()
+	if n.cmd == nil {
+		return
+	}
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(20 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.exited
+		n.t.Errorf("agent did not stop within 20 s of SIGTERM")
+	}
+	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
+		n.t.Errorf("agent exited %d after SIGTERM\n%s", code, n.tail())
+	}
+	n.cmd = nil
+}
+
+// kill sends SIGKILL: a crash at whatever the agent was doing.
+func (n *node) kill() {
+	n.t.Helper()
+	if n.cmd == nil {
+		return
+	}
+	n.cmd.Process.Kill()
+	<-n.exited
+	n.cmd = nil
+}
+
+// waitCrash waits for the agent to die on its own (a crash point).
+func (n *node) waitCrash(timeout time.Duration) {
+	n.t.Helper()
+	select {
+	case <-n.exited:
+		n.cmd = nil
+	case <-time.After(timeout):
+		n.t.Fatalf("agent did not reach its crash point\n%s", n.tail())
+	}
+}
+
+func (n *node) cleanup() {
+	if n.cmd != nil {
+		n.cmd.Process.Kill()
+		<-n.exited
+		n.cmd = nil
+	}
+	n.stopNginx()
+	logs := n.logs.String()
+	for _, tok := range n.tokens() {
+		if tok != "" && strings.Contains(logs, tok) {
+			n.t.Errorf("a token appears in the agent's log")
+		}
+	}
+	if strings.Contains(logs, "DATA RACE") {
+		n.t.Errorf("data race in the agent:\n%s", logs)
+	}
+	if n.t.Failed() {
+		n.t.Logf("agent log:\n%s", n.tail())
+	}
+}
+
+// tokens lists every secret this node could have seen.
+func (n *node) tokens() []string {
+	toks := []string{n.cp.DiscoveryToken(), n.cp.AdminToken()}
+	for _, nd := range n.cp.Nodes() {
+		toks = append(toks, nd.Token)
+	}
+	var c struct {
+		AgentToken     string `json:"agent_token"`
+		DiscoveryToken string `json:"discovery_token"`
+	}
+	b, _ := os.ReadFile(n.config)
+	json.Unmarshal(b, &c)
+	return append(toks, c.AgentToken, c.DiscoveryToken)
+}
+
+func (n *node) tail() string {
+	s := n.logs.String()
+	if len(s) > 12000 {
+		s = "...\n" + s[len(s)-12000:]
+	}
+	return s
+}
+
+func (n *node) data(p ...string) string {
+	return filepath.Join(append([]string{n.dir, "data"}, p...)...)
+}
+
+func (n *node) pidFile() string { return n.data("var", "run", "nginx.pid") }
+
+// nginxPID returns the running master's pid, or 0.
+func (n *node) nginxPID() int {
+	b, err := os.ReadFile(n.pidFile())
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// stopNginx stops the node's nginx: the agent never does, by design.
+func (n *node) stopNginx() {
+	pid := n.nginxPID()
+	if pid == 0 {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (n *node) state() state.State {
+	var s state.State
+	b, _ := os.ReadFile(n.data("var", "lib", "openflare", "agent-state.json"))
+	json.Unmarshal(b, &s)
+	return s
+}
+
+// waitLog waits until the agent's output contains s.
+func (n *node) waitLog(s string, timeout time.Duration) {
+	n.t.Helper()
+	waitFor(n.t, timeout, "agent log line "+strconv.Quote(s), func() bool { return strings.Contains(n.logs.String(), s) })
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitApplyLog waits for an apply log of version with the given result.
+func waitApplyLog(t *testing.T, cp *controlplane.Server, version, result string) protocol.ApplyLogRecord {
+	t.Helper()
+	rec, err := cp.WaitApplyLog(ctxFor(t, 60*time.Second), func(r protocol.ApplyLogRecord) bool {
+		return r.Version == version && r.Result == result
+	})
+	if err != nil {
+		t.Fatalf("no %s apply log for %s: %v (logs: %+v)", result, version, err, cp.ApplyLogs())
+	}
+	return rec
+}
+
+// reply is one HTTP answer through nginx.
+type reply struct {
+	status int
+	body   string
+	header http.Header
+	err    error
+}
+
+// request sends a request to nginx on the private loopback, from the given
+// source address ("" for 127.0.0.1).
+func request(method, scheme, host, path, from string) reply {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			port := "80"
+			if scheme == "https" {
+				port = "443"
+			}
+			return d.DialContext(ctx, "tcp", "127.0.0.1:"+port)
+		},
+		// Test certificates are self-signed; the name is still checked by
+		// nginx's SNI selection.
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, ServerName: host},
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(method, scheme+"://"+host+path, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, body: string(b), header: resp.Header}
+}
+
+func get(host, path string) reply { return request(http.MethodGet, "http", host, path, "") }
+
+// waitServes waits until GET http://host/path answers 200 with a body
+// containing want.
+func waitServes(t *testing.T, host, path, want string) {
+	t.Helper()
+	var last reply
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		last = get(host, path)
+		if last.status == 200 && strings.Contains(last.body, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("http://%s%s never served %q: last %d %q %v", host, path, want, last.status, last.body, last.err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// proxyRoute is a plain HTTP proxy route.
+func proxyRoute(id uint, domain, originURL string) controlplane.Route {
+	return controlplane.Route{ID: id, SiteName: fmt.Sprintf("site%d", id), Domains: []string{domain}, OriginURL: originURL}
+}
+
+// publish publishes a source and fails the test on a render error.
+func publish(t *testing.T, cp *controlplane.Server, src controlplane.Source, support ...protocol.SupportFile) protocol.ConfigRef {
+	t.Helper()
+	ref, err := cp.Publish(src.JSON(), support)
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	return ref
+}
+
+// noErrorPages keeps origin error pages out of tests that do not need them.
+var noErrorPages = map[string]any{"origin_error_page_enabled": false}
