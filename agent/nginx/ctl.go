@@ -127,6 +127,10 @@ func (n *Ctl) reload(ctx context.Context, pid int) error {
 			return nil
 		}
 		if msg := n.errorsSince(logMark); strings.Contains(msg, fmt.Sprintf("[emerg] %d#", pid)) {
+			// The master may still be working through the bad config (it
+			// retries a failed bind for about two seconds); let it finish so
+			// the next reload starts clean and its errors are its own.
+			n.waitLogQuiet(ctx)
 			return fmt.Errorf("reload rejected by nginx: %s", msg)
 		}
 		if time.Now().After(deadline) {
@@ -182,6 +186,22 @@ func (n *Ctl) Restart(ctx context.Context) error {
 		}
 	}
 	return n.Start(ctx)
+}
+
+// waitLogQuiet waits until the error log has not grown for a second (at
+// most ten seconds).
+func (n *Ctl) waitLogQuiet(ctx context.Context) {
+	size, quietSince := fileSize(n.ErrorLog), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			return
+		}
+		if s := fileSize(n.ErrorLog); s != size {
+			size, quietSince = s, time.Now()
+		} else if time.Since(quietSince) >= time.Second {
+			return
+		}
+	}
 }
 
 func waitGone(ctx context.Context, pid int, d time.Duration) bool {
