@@ -34,9 +34,17 @@ func (s *Syncer) Boot(ctx context.Context) error {
 		if err := s.ensure(ctx, true); err != nil {
 			return err
 		}
-		return txn.Commit()
+		if err := txn.Commit(); err != nil {
+			return err
+		}
+		s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", true)
+		return nil
 	}
-	return s.ensure(ctx, false)
+	if err := s.ensure(ctx, false); err != nil {
+		return err
+	}
+	s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", false)
+	return nil
 }
 
 // ensure makes nginx run the landed config: started when not running,

@@ -152,7 +152,9 @@ func TestFirstDeploymentBadStartsFallback(t *testing.T) {
 	n.stop()
 	fetches := cp.Requests(protocol.PathActive)
 	n.start()
-	waitFor(t, 30*time.Second, "heartbeats after restart", func() bool { return len(cp.Heartbeats()) > 0 && cp.Heartbeats()[len(cp.Heartbeats())-1].At.After(time.Now().Add(-time.Second)) })
+	waitFor(t, 30*time.Second, "heartbeats after restart", func() bool {
+		return len(cp.Heartbeats()) > 0 && cp.Heartbeats()[len(cp.Heartbeats())-1].At.After(time.Now().Add(-time.Second))
+	})
 	beats := len(cp.Heartbeats())
 	waitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
 	if cp.Requests(protocol.PathActive) != fetches {

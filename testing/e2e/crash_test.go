@@ -36,6 +36,11 @@ func TestCrashDuringApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			n.start()
+			// Three starts so far; wait until this one finished its local
+			// recovery before looking at what nginx serves.
+			waitFor(t, 30*time.Second, "local recovery", func() bool {
+				return strings.Count(n.logs.String(), `msg="local config ready"`) == 3
+			})
 			var body string
 			waitFor(t, 30*time.Second, "the node to serve after recovery", func() bool {
 				r := get("app.test", "/")
