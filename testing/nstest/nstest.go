@@ -36,22 +36,30 @@ const (
 func Inside() bool { return os.Getenv(roleEnv) == roleRun }
 
 // Main runs m inside the namespaces and exits with its code.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m.Run, nil)) }
+
+// Run executes run inside the namespaces and returns its exit code. The
+// current binary re-executes itself (with the same arguments) to get there,
+// so everything before Run must be repeatable. Files in extra are passed to
+// the process that calls run, as fds 3, 4, ... (listeners opened on the host
+// side, for example).
+func Run(run func() int, extra []*os.File) int {
 	switch os.Getenv(roleEnv) {
 	case roleRun:
-		os.Exit(m.Run())
+		return run()
 	case roleInit:
-		os.Exit(initMain())
+		return initMain(len(extra))
 	default:
-		os.Exit(spawnInit())
+		return spawnInit(extra)
 	}
 }
 
 // spawnInit starts PID 1 of fresh user/net/pid/mount namespaces, mapping the
 // caller's uid and gid to root inside.
-func spawnInit() int {
+func spawnInit(extra []*os.File) int {
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = extra
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleInit)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
@@ -86,13 +94,16 @@ func spawnInit() int {
 
 // initMain is PID 1: it prepares the namespaces, starts the test runner and
 // reaps every child until the runner exits.
-func initMain() int {
+func initMain(extra int) int {
 	if err := setupNamespaces(); err != nil {
 		fmt.Fprintf(os.Stderr, "nstest: %v\n", err)
 		return 2
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	for i := 0; i < extra; i++ {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(3+i), "inherited"))
+	}
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleRun)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
