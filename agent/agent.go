@@ -46,6 +46,10 @@ type Agent struct {
 	obs     *observability.Collector
 	ipg     *ipgroups.Store
 
+	// statusNow asks for a beat before the interval is up: after IP groups
+	// landed, so the server learns the new checksums at once and does not
+	// send the same groups again.
+	statusNow chan struct{}
 	interval  atomic.Int64 // time.Duration: the server's heartbeat_interval once known
 	wsAllowed atomic.Bool  // the server's websocket_upgrade_enabled
 	// morePending: the last beat left access-log lines waiting (the per-beat
@@ -76,13 +80,14 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		token = cfg.DiscoveryToken
 	}
 	a := &Agent{
-		cfg:     cfg,
-		version: o.Version,
-		log:     o.Log,
-		store:   store,
-		cp:      controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
-		ip:      nodeip.New(),
-		syncs:   make(chan syncRequest, 1),
+		cfg:       cfg,
+		version:   o.Version,
+		log:       o.Log,
+		store:     store,
+		cp:        controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
+		ip:        nodeip.New(),
+		syncs:     make(chan syncRequest, 1),
+		statusNow: make(chan struct{}, 1),
 	}
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)

@@ -116,6 +116,17 @@ func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
 	}
 	res, err := a.ipg.Push(groups)
 	a.logIPGroups("pushed", res.Landed, res.Rejected, err)
+	if len(res.Landed) > 0 {
+		a.beatSoon()
+	}
+}
+
+// beatSoon asks for the next beat now rather than at the interval.
+func (a *Agent) beatSoon() {
+	select {
+	case a.statusNow <- struct{}{}:
+	default:
+	}
 }
 
 // reconcileIPGroups replaces the snapshot with exactly the groups the new
@@ -123,6 +134,9 @@ func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
 func (a *Agent) reconcileIPGroups(ctx context.Context, wafConfig string) {
 	res, err := a.ipg.Reconcile(ctx, []byte(wafConfig), a.cp.SyncIPGroups)
 	a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
+	if len(res.Landed) > 0 || len(res.Dropped) > 0 {
+		a.beatSoon()
+	}
 }
 
 func (a *Agent) logIPGroups(how string, landed []uint, rejected []ipgroups.Rejection, err error) {

@@ -85,9 +85,15 @@ func (a *Agent) channels(ctx context.Context) {
 		if a.wsAllowed.Load() {
 			wait = min(wait, max(time.Until(wsNext), 0))
 		}
-		if !sleep(ctx, wait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-a.statusNow:
+		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
@@ -104,6 +110,7 @@ func (a *Agent) runWebSocket(ctx context.Context) (time.Time, error) {
 		Interval:     a.statusInterval,
 		Log:          a.log,
 		Stats:        &a.wsStats,
+		StatusNow:    a.statusNow,
 	}, h, func() {
 		upAt = time.Now()
 		a.log.Info("websocket connected; status messages replace HTTP heartbeats")

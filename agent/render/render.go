@@ -40,6 +40,9 @@ func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 	if err != nil {
 		return nil, err
 	}
+	if err := validateConfig(&s.Config); err != nil {
+		return nil, err
+	}
 	shipped := make(map[string]string, len(support))
 	for _, f := range support {
 		shipped[f.Path] = f.Content
@@ -57,6 +60,9 @@ func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 		if err := rd.renderRoute(&s.Routes[i]); err != nil {
 			return nil, err
 		}
+	}
+	if err := validateUpstreamNames(s.Routes); err != nil {
+		return nil, err
 	}
 	wafJSON, err := json.Marshal(&s.WAF)
 	if err != nil {

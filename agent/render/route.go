@@ -81,6 +81,9 @@ func (rd *renderer) renderRoute(r *route) error {
 	if err != nil {
 		return err
 	}
+	if err := rd.validateRoute(r); err != nil {
+		return err
+	}
 	// Everything between the access phase and the trailing locations is the
 	// same in every server block of the route, so it is rendered once.
 	var locations string

@@ -34,6 +34,10 @@ type Options struct {
 	// server's heartbeat_interval can change at run time. Nil or a
 	// non-positive result means DefaultInterval.
 	Interval func() time.Duration
+	// StatusNow, when it delivers, sends a status before the interval is up
+	// (e.g. right after IP groups landed, so the server learns the new
+	// checksums at once). Nil means only the interval.
+	StatusNow <-chan struct{}
 	// MaxFrame caps an inbound frame in bytes. Zero means DefaultMaxFrame.
 	MaxFrame int
 	// Log receives connection events; nil discards them.

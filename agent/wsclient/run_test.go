@@ -69,6 +69,21 @@ func TestStatusPeriodic(t *testing.T) {
 	}
 }
 
+// StatusNow sends a status before the (here one hour) interval is up.
+func TestStatusNow(t *testing.T) {
+	srv := newServer(t, false)
+	o := options(t, srv.URL)
+	now := make(chan struct{}, 1)
+	o.StatusNow = now
+	start(t, o, newHandler())
+	p := srv.accept(t)
+	p.recvType(protocol.WSStatus)
+	now <- struct{}{}
+	if m, _ := p.recv(); m.Type != protocol.WSStatus {
+		t.Fatalf("got %q, want a status on StatusNow", m.Type)
+	}
+}
+
 func TestCommitAfterWrite(t *testing.T) {
 	srv := newServer(t, false)
 	o := options(t, srv.URL)

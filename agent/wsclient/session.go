@@ -119,11 +119,18 @@ func (s *session) statusLoop(ctx context.Context, readerDone <-chan struct{}) er
 		case <-readerDone:
 			return nil
 		case <-timer.C:
+		case <-s.o.StatusNow:
 		}
 		if err := s.sendStatus(ctx, readerDone); err != nil {
 			return err
 		}
 		// Asked every tick: the server may change heartbeat_interval.
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
 		timer.Reset(s.o.interval())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/testing/controlplane"
@@ -445,4 +447,34 @@ func fileMode(t *testing.T, p string) os.FileMode {
 		t.Fatal(err)
 	}
 	return fi.Mode().Perm()
+}
+
+func readFileOr(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func workerPIDs(master int) []int {
+	pids := nginx.WorkerPIDs(master)
+	slices.Sort(pids)
+	return pids
+}
+
+// ipChecksum is the checksum of group id in the node's IP-group snapshot.
+func (n *node) ipChecksum(id uint) string {
+	var snap struct {
+		Groups map[string]protocol.WAFIPGroup `json:"groups"`
+	}
+	json.Unmarshal([]byte(readFileOr(n.data("etc", "openflare", "waf_ip_groups.json"))), &snap)
+	return snap.Groups[strconv.FormatUint(uint64(id), 10)].Checksum
+}
+
+func listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }

@@ -1,0 +1,322 @@
+package render
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxConnLimit is the largest limit_conn value nginx accepts.
+const maxConnLimit = 65535
+
+// limitReqRe is what limit_req_zone's rate= takes here: requests per second
+// or per minute (nginx would also take a bare number).
+var limitReqRe = regexp.MustCompile(`^([0-9]+)r/([sm])$`)
+
+// routeFailure builds errors that name the route and field, like the
+// renderer's own "route <site> …" errors.
+type routeFailure struct{ name string }
+
+func (f routeFailure) field(field, format string, args ...any) error {
+	return fmt.Errorf("route %s %s: %s", f.name, field, fmt.Sprintf(format, args...))
+}
+
+// inherited reports a bad openresty_config default where a route uses it.
+func (f routeFailure) inherited(key, format string, args ...any) error {
+	return fmt.Errorf("route %s inherits openresty_config.%s: %s", f.name, key, fmt.Sprintf(format, args...))
+}
+
+// validateRoute checks every value of r that its server blocks interpolate
+// (PROTOCOL 5.2), so that a route either renders text nginx loads or fails
+// with the field at fault. It runs after the renderer's own domain and
+// certificate checks, whose messages stay as they were.
+func (rd *renderer) validateRoute(r *route) error {
+	f := routeFailure{name: r.displayName()}
+	// A template that sets server_names_hash_bucket_size chose its own
+	// bucket size, so the default's length limit does not apply.
+	hashLimit := !strings.Contains(mainTemplate(rd.cfg), "server_names_hash_bucket_size")
+	for i, d := range r.Domains {
+		if p := serverNameProblem(d, hashLimit); p != "" {
+			return f.field("domains["+strconv.Itoa(i)+"]", "%q %s", d, p)
+		}
+	}
+	if r.SiteName != "" {
+		if p := quotedProblem(r.SiteName, false); p != "" {
+			return f.field("site_name", "%q %s", r.SiteName, p)
+		}
+	}
+	if err := validateLimits(r, rd.cfg, f); err != nil {
+		return err
+	}
+	if r.BasicAuthEnabled && r.BasicAuthUsername != "" && r.BasicAuthPassword != "" {
+		var b strings.Builder
+		writeBasicAuth(&b, r)
+		if b.Len() > maxLuaBlock {
+			return f.field("basic_auth_password", "user name and password are too long: their check is a %d-byte Lua block, nginx reads at most %d", b.Len(), maxLuaBlock)
+		}
+	}
+	if r.isPages() {
+		// A Pages route without a deployment fails right after this with the
+		// renderer's own error.
+		if r.PagesDeployment == nil {
+			return nil
+		}
+		return validatePages(r.PagesDeployment, f)
+	}
+	return rd.validateProxy(r, f)
+}
+
+// serverNameProblem checks one server_name entry: a host name, optionally
+// with nginx's wildcard forms (*.example.com, .example.com, www.example.*),
+// or a bracketed IPv6 address. Labels may hold non-ASCII letters
+// (internationalised names). With hashLimit, the name must also fit nginx's
+// default server_names_hash_bucket_size, or nginx -t fails with "could not
+// build server_names_hash".
+func serverNameProblem(d string, hashLimit bool) string {
+	if strings.HasPrefix(d, "[") && strings.HasSuffix(d, "]") {
+		if hostPortProblem(d) != "" {
+			return "is not a valid IPv6 address"
+		}
+		return ""
+	}
+	name, wildcard := d, true
+	switch {
+	case strings.HasPrefix(d, "*."):
+		name = d[2:]
+	case strings.HasPrefix(d, "."):
+		name = d[1:]
+	case strings.HasSuffix(d, ".*"):
+		name = d[:len(d)-2]
+	default:
+		wildcard = false
+	}
+	if !utf8.ValidString(name) {
+		return "is not valid UTF-8"
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" {
+			return "has an empty label"
+		}
+		for _, c := range label {
+			if !(c < utf8.RuneSelf && (isNameChar(byte(c)) || c == '-') ||
+				c >= utf8.RuneSelf && (unicode.IsLetter(c) || unicode.IsDigit(c) || unicode.IsMark(c))) {
+				return fmt.Sprintf("contains %q, which is not allowed in a server name", c)
+			}
+		}
+		if hashLimit && wildcard && len(label) > maxServerNameLabel {
+			return fmt.Sprintf("has a %d-byte label; nginx's default server_names_hash_bucket_size holds %d (set server_names_hash_bucket_size in a custom main template)", len(label), maxServerNameLabel)
+		}
+	}
+	if hashLimit && !wildcard && len(d) > maxExactServerName {
+		return fmt.Sprintf("is %d bytes long; nginx's default server_names_hash_bucket_size holds names up to %d (set server_names_hash_bucket_size in a custom main template)", len(d), maxExactServerName)
+	}
+	return ""
+}
+
+// validateLimits checks the effective limits the route's locations write.
+// A bad value the route inherits is reported as the openresty_config key.
+func validateLimits(r *route, c *restyConfig, f routeFailure) error {
+	for _, l := range []struct {
+		field, defKey string
+		own, def      int
+	}{
+		{"limit_conn_per_server", "default_limit_conn_per_server", r.LimitConnPerServer, c.DefaultLimitConnPerServer},
+		{"limit_conn_per_ip", "default_limit_conn_per_ip", r.LimitConnPerIP, c.DefaultLimitConnPerIP},
+	} {
+		if n := effectiveCount(l.own, l.def); n > maxConnLimit {
+			if l.own > 0 {
+				return f.field(l.field, "want at most %d connections, got %d", maxConnLimit, n)
+			}
+			return f.inherited(l.defKey, "want at most %d connections, got %d", maxConnLimit, n)
+		}
+	}
+	for _, l := range []struct {
+		field, defKey string
+		own, def      string
+		check         func(string) string
+	}{
+		{"limit_rate", "default_limit_rate", r.LimitRate, c.DefaultLimitRate, rateProblem},
+		{"limit_req_per_ip", "default_limit_req_per_ip", r.LimitReqPerIP, c.DefaultLimitReqPerIP, requestRateProblem},
+	} {
+		v := effectiveRate(l.own, l.def)
+		if v == "" {
+			continue
+		}
+		p := l.check(v)
+		if p == "" {
+			continue
+		}
+		if own := strings.ToLower(strings.TrimSpace(l.own)); own != "" && own != "0" {
+			return f.field(l.field, "%q %s", l.own, p)
+		}
+		return f.inherited(l.defKey, "%q %s", l.def, p)
+	}
+	return nil
+}
+
+// rateProblem checks a limit_rate value: an nginx size without a g unit.
+func rateProblem(v string) string {
+	if _, ok := parseSize(v, false); !ok {
+		return "is not a size like 512k, 1m or 2048"
+	}
+	return ""
+}
+
+// requestRateProblem checks a limit_req_per_ip rate: N r/s or N r/m with
+// N ≥ 1. nginx keeps the rate and the burst (2N for r/s) in thousandths.
+func requestRateProblem(v string) string {
+	m := limitReqRe.FindStringSubmatch(v)
+	if m == nil {
+		return "is not a rate like 10r/s or 30r/m"
+	}
+	n, ok := parseCount(m[1])
+	limit := int64(math.MaxInt64 / 1000)
+	if m[2] == "s" {
+		limit /= 2
+	}
+	if !ok || n < 1 || n > limit {
+		return fmt.Sprintf("needs 1 to %d requests", limit)
+	}
+	return ""
+}
+
+// validateProxy checks a proxy route's origin, Host override, custom
+// headers and cache rules.
+func (rd *renderer) validateProxy(r *route, f routeFailure) error {
+	if p := proxyURLProblem(r.OriginURL); p != "" {
+		return f.field("origin_url", "%q %s", r.OriginURL, p)
+	}
+	for i, u := range r.Upstreams {
+		if strings.TrimSpace(u) == "" {
+			continue
+		}
+		if p := proxyURLProblem(u); p != "" {
+			return f.field("upstreams["+strconv.Itoa(i)+"]", "%q %s", u, p)
+		}
+	}
+	if plan := planUpstream(r); len(plan.proxyPass)+1 > maxParam {
+		return f.field("origin_url", "the proxy_pass target is %d bytes long; nginx reads at most %d per parameter", len(plan.proxyPass), maxParam)
+	}
+	if host := strings.TrimSpace(r.OriginHost); host != "" {
+		if p := hostPortProblem(host); p != "" {
+			return f.field("origin_host", "%q %s", r.OriginHost, p)
+		}
+	}
+	for i, h := range r.CustomHeaders {
+		key := strings.TrimSpace(h.Key)
+		if key == "" {
+			continue
+		}
+		if p := headerNameProblem(key); p != "" {
+			return f.field("custom_headers["+strconv.Itoa(i)+"].key", "%q %s", h.Key, p)
+		}
+		if p := quotedProblem(h.Value, true); p != "" {
+			return f.field("custom_headers["+strconv.Itoa(i)+"].value", "%q %s", h.Value, p)
+		}
+	}
+	if rd.cfg.CacheEnabled && r.CacheEnabled {
+		for i, rule := range r.CacheRules {
+			if strings.IndexFunc(rule, func(c rune) bool { return c < utf8.RuneSelf && isControl(byte(c)) }) >= 0 {
+				return f.field("cache_rules["+strconv.Itoa(i)+"]", "%q contains a control character", rule)
+			}
+		}
+		test := cacheTest(r.CachePolicy, r.CacheRules)
+		if start, end := strings.IndexByte(test, '"'), strings.LastIndexByte(test, '"'); start >= 0 && end-start+1 > maxParam {
+			return f.field("cache_rules", "the %d rules make a %d-byte pattern; nginx reads at most %d per parameter", len(r.CacheRules), end-start+1, maxParam)
+		}
+	}
+	return nil
+}
+
+// headerNameProblem checks a custom header name: an HTTP token (RFC 9110
+// tchar), which also keeps it one unquoted nginx parameter, except that a
+// leading `#` or `'` would start an nginx comment or string.
+func headerNameProblem(k string) string {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(isNameChar(c) || strings.IndexByte("!#$%&'*+-.^`|~", c) >= 0) {
+			return "is not an HTTP header name"
+		}
+	}
+	if k[0] == '#' || k[0] == '\'' {
+		return "starts with a character nginx reads as a comment or a quote"
+	}
+	if len(k)+1 > maxParam {
+		return fmt.Sprintf("is %d bytes long; nginx reads at most %d per parameter", len(k), maxParam)
+	}
+	return ""
+}
+
+// validatePages checks what a Pages server writes from pages_deployment:
+// root, index, the try_files targets and the API proxy location.
+func validatePages(d *pagesDeployment, f routeFailure) error {
+	if root := strings.TrimSpace(d.LocalRoot); root != "" {
+		if p := quotedProblem(root, false); p != "" {
+			return f.field("pages_deployment.local_root", "%q %s", d.LocalRoot, p)
+		}
+	}
+	if entry := strings.TrimSpace(d.EntryFile); entry != "" {
+		// The entry is a file of the deployment: try_files would follow
+		// `..` out of the site root, since nginx does not clean that path.
+		target := "/" + strings.TrimLeft(entry, "/")
+		if p := literalProblem(target); p != "" {
+			return f.field("pages_deployment.entry_file", "%q %s", d.EntryFile, p)
+		}
+		for _, seg := range strings.Split(target, "/") {
+			if seg == "." || seg == ".." {
+				return f.field("pages_deployment.entry_file", "%q leaves the site root", d.EntryFile)
+			}
+		}
+	}
+	if d.SPAFallbackEnabled {
+		fb := spaFallback(d.SPAFallbackPath)
+		if p := literalProblem(fb); p != "" {
+			return f.field("pages_deployment.spa_fallback_path", "%q becomes %q, which %s", d.SPAFallbackPath, fb, p)
+		}
+	}
+	loc, pass := apiProxyPath(d.APIProxyPath), strings.TrimSpace(d.APIProxyPass)
+	if !d.APIProxyEnabled || loc == "" || pass == "" {
+		return nil
+	}
+	if p := literalProblem(loc); p != "" {
+		return f.field("pages_deployment.api_proxy_path", "%q %s", d.APIProxyPath, p)
+	}
+	if n := len(regexp.QuoteMeta(loc)) + len(`^/(.*)$`); n+1 > maxParam {
+		return f.field("pages_deployment.api_proxy_path", "the rewrite pattern is %d bytes long; nginx reads at most %d per parameter", n, maxParam)
+	}
+	if p := proxyURLProblem(pass); p != "" {
+		return f.field("pages_deployment.api_proxy_pass", "%q %s", d.APIProxyPass, p)
+	}
+	if rw := strings.TrimSpace(d.APIProxyRewrite); rw != "" {
+		if p := literalProblem("/" + strings.TrimLeft(rw, "/")); p != "" {
+			return f.field("pages_deployment.api_proxy_rewrite", "%q %s", d.APIProxyRewrite, p)
+		}
+	}
+	return nil
+}
+
+// validateUpstreamNames runs once every route rendered: two proxy routes
+// whose site names sanitise alike and that share an id would declare the
+// same upstream block, which nginx rejects as a duplicate.
+func validateUpstreamNames(routes []route) error {
+	owner := make(map[string]string)
+	for i := range routes {
+		r := &routes[i]
+		if r.isPages() {
+			continue
+		}
+		name := planUpstream(r).name
+		if name == "" {
+			continue
+		}
+		if other, dup := owner[name]; dup {
+			return fmt.Errorf("route %s and route %s both declare upstream %s (same sanitised site name and id)", other, r.displayName(), name)
+		}
+		owner[name] = r.displayName()
+	}
+	return nil
+}
