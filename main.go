@@ -16,11 +16,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent"
 	"github.com/openflare/openflare-agent/agent/config"
+	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
@@ -37,7 +40,8 @@ var fallbackConf string
 
 const usage = `usage:
   openflare-agent [-config agent.json]            run the agent
-  openflare-agent [-config agent.json] check      validate agent.json and show what the agent would use
+  openflare-agent [-config agent.json] check      validate agent.json, the nginx binary and the landed config
+  openflare-agent [-config agent.json] status     show the node's state from local files (works offline)
   openflare-agent render -snapshot active.json -out DIR
                                                   render an E4 reply to files, without touching nginx
   openflare-agent -version                        print the version
@@ -72,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(*configPath, rest, stdout, stderr)
 	case "render":
 		return renderCmd(rest, stdout, stderr)
+	case "status":
+		return status(*configPath, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
 		return 2
@@ -100,6 +106,9 @@ func runAgent(configPath string, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -148,6 +157,34 @@ func check(configPath string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error: the nginx binary has no Lua module; rendered configs need lua-nginx-module")
 		return 1
 	}
+	paths := landing.FromConfig(cfg)
+	if _, err := os.Stat(paths.Main); err != nil {
+		fmt.Fprintf(stdout, "landed config: none yet (%s)\n", paths.Main)
+		return 0
+	}
+	ctl := &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog}
+	if err := ctl.Test(context.Background(), paths.Main); err != nil {
+		fmt.Fprintln(stderr, "error: landed config:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "landed config: %s passes nginx -t\n", paths.Main)
+	return 0
+}
+
+// status prints the node's state from local files only.
+func status(configPath string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&configPath, "config", configPath, "path of agent.json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, _, err := config.Load(configPath, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	fmt.Fprint(stdout, agent.Status(cfg, time.Now()))
 	return 0
 }
 

@@ -56,16 +56,26 @@ type Config struct {
 	StatePath                  string
 	HeartbeatInterval          time.Duration
 	RequestTimeout             time.Duration
+
+	// MemoryLimit is the Go runtime's soft memory limit in bytes (not an
+	// upstream key): the garbage collector works harder as the heap nears
+	// it, which keeps the agent small on a 128 MiB router. A GOMEMLIMIT
+	// environment variable takes precedence.
+	MemoryLimit int64
 }
 
 // Defaults that do not depend on data_dir.
 const (
-	DefaultOpenRestyPath       = "openresty"
-	DefaultObservabilityPort   = 18081
-	DefaultReplayMinutes       = 60
-	DefaultHeartbeatInterval   = 3 * time.Second
-	DefaultRequestTimeout      = 10 * time.Second
-	DefaultMMDBUpdateInterval  = 24 * time.Hour
+	DefaultOpenRestyPath      = "openresty"
+	DefaultObservabilityPort  = 18081
+	DefaultReplayMinutes      = 60
+	DefaultHeartbeatInterval  = 3 * time.Second
+	DefaultRequestTimeout     = 10 * time.Second
+	DefaultMMDBUpdateInterval = 24 * time.Hour
+	// DefaultMemoryLimit suits a 128 MiB router: the steady state needs a
+	// few MiB; IP-group snapshots (≤ 20 MiB) briefly need more, and the
+	// limit is soft, so they still land.
+	DefaultMemoryLimit         = 32 << 20
 	DefaultMMDBDownloadURL     = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-Country.mmdb"
 	DefaultCityMMDBDownloadURL = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-City.mmdb"
 )
@@ -101,6 +111,7 @@ type file struct {
 	StatePath                  *string         `json:"state_path"`
 	HeartbeatInterval          json.RawMessage `json:"heartbeat_interval"`
 	RequestTimeout             json.RawMessage `json:"request_timeout"`
+	MemoryLimit                json.RawMessage `json:"memory_limit"`
 }
 
 // Env lists every environment override, in PROTOCOL 1.1 order.
@@ -326,6 +337,11 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 	}
 	c.ObservabilityReplayMinutes = int(minutes)
 
+	limit, err := sizeValue(f.MemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", "memory_limit", err)
+	}
+	c.MemoryLimit = limit
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -445,6 +461,40 @@ func intValue(raw json.RawMessage, envKey string, env func(string) (string, bool
 		return 0, false, fmt.Errorf("%s is not an integer", raw)
 	}
 	return n, true, nil
+}
+
+// sizeValue reads a byte count: a JSON integer, or a string with an
+// optional KiB/MiB/GiB (or K/M/G) suffix. Absent means the default.
+func sizeValue(raw json.RawMessage) (int64, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return DefaultMemoryLimit, nil
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, err
+		}
+	}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size like 33554432 or \"32MiB\"", s)
+	}
+	if n*mult < 4<<20 {
+		return 0, fmt.Errorf("%s is below the 4 MiB minimum", s)
+	}
+	return n * mult, nil
 }
 
 // parseResolvers accepts a list or a whitespace/comma separated string and

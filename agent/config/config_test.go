@@ -218,3 +218,24 @@ func TestDescribeMasksTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestMemoryLimit(t *testing.T) {
+	cases := map[string]int64{
+		``:                          DefaultMemoryLimit,
+		`,"memory_limit":67108864`:  64 << 20,
+		`,"memory_limit":"48MiB"`:   48 << 20,
+		`,"memory_limit":"1G"`:      1 << 30,
+		`,"memory_limit":" 16 MiB"`: 16 << 20,
+	}
+	for extra, want := range cases {
+		c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"`+extra+`}`), noEnv)
+		if err != nil || c.MemoryLimit != want {
+			t.Errorf("%s: %v %v", extra, c, err)
+		}
+	}
+	for _, bad := range []string{`"lots"`, `1000`, `-5`, `"2TiB"`} {
+		if _, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x","memory_limit":`+bad+`}`), noEnv); err == nil || !strings.Contains(err.Error(), `"memory_limit"`) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -70,6 +70,7 @@ func (c *Config) Describe() string {
 		{"state_path", c.StatePath},
 		{"heartbeat_interval", c.HeartbeatInterval.String()},
 		{"request_timeout", c.RequestTimeout.String()},
+		{"memory_limit", fmt.Sprintf("%d MiB", c.MemoryLimit>>20)},
 	}
 	var b strings.Builder
 	for _, r := range rows {

@@ -167,40 +167,59 @@ func (c *Client) do(ctx context.Context, name, method, path string, in, out any,
 	if resp.StatusCode != http.StatusOK {
 		return &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	}
-	data, err := readCapped(resp.Body, limit)
-	if errors.Is(err, ErrTooLarge) {
+	reply := &cappedReader{r: resp.Body, left: limit}
+	// Data decodes straight into out: no intermediate copy of a reply that
+	// may be 64 MiB.
+	env := struct {
+		ErrorMsg string `json:"error_msg"`
+		Data     any    `json:"data"`
+	}{Data: out}
+	err = json.NewDecoder(reply).Decode(&env)
+	switch {
+	case reply.over:
 		return fmt.Errorf("%s: reply exceeds %d MiB: %w", name, limit>>20, ErrTooLarge)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: read reply: %w", name, err)
-	}
-	var env protocol.Envelope
-	if err := json.Unmarshal(data, &env); err != nil {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) && reply.read > 0:
+		return fmt.Errorf("%s: read reply: %w", name, io.ErrUnexpectedEOF)
+	case err != nil && reply.err != nil:
+		return fmt.Errorf("%s: read reply: %w", name, reply.err)
+	case err != nil:
 		return fmt.Errorf("%s: reply is not a JSON envelope: %w", name, err)
-	}
-	if env.ErrorMsg != "" {
+	case env.ErrorMsg != "":
 		return &Error{Endpoint: name, Status: resp.StatusCode, Message: env.ErrorMsg}
-	}
-	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
-		return nil
-	}
-	if err := json.Unmarshal(env.Data, out); err != nil {
-		return fmt.Errorf("%s: decode reply data: %w", name, err)
 	}
 	return nil
 }
 
-// readCapped reads at most limit bytes; more is ErrTooLarge. A reply that
-// ends early (connection cut mid-body) surfaces as io.ErrUnexpectedEOF.
-func readCapped(r io.Reader, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, err
+// cappedReader fails once more than left bytes were read, remembering
+// why the stream ended.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+	read int64
+	over bool
+	err  error
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte past the cap proves the reply is too large.
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			c.over = true
+			return 0, ErrTooLarge
+		}
+		return 0, io.EOF
 	}
-	if int64(len(data)) > limit {
-		return nil, ErrTooLarge
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
 	}
-	return data, nil
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	c.read += int64(n)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
+	return n, err
 }
 
 // errorMessage extracts error_msg from an error reply, or nothing when the

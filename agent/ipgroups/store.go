@@ -301,3 +301,20 @@ func missingError(ids []uint) error {
 }
 
 func idKey(id uint) string { return strconv.FormatUint(uint64(id), 10) }
+
+// ReadChecksums reads the snapshot in dir without changing anything (for
+// `openflare-agent status`): id → checksum, empty when there is none.
+func ReadChecksums(dir string) (map[string]string, error) {
+	data, err := readSnapshotFile(filepath.Join(dir, snapshotName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ip groups: %w", err)
+	}
+	sums, err := parseHeads(data)
+	if err != nil {
+		return nil, fmt.Errorf("ip groups: %s: %w", snapshotName, err)
+	}
+	return sums, nil
+}

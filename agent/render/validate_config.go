@@ -249,6 +249,13 @@ func validateCache(c *restyConfig) error {
 		if !strings.HasPrefix(p, "/") {
 			return configError("cache_path", "want an absolute path, got %q", c.CachePath)
 		}
+		// nginx -t creates the directory (and chowns it when root), so the
+		// path must say plainly where: no `.` or `..` steps.
+		for _, seg := range strings.Split(p, "/") {
+			if seg == "." || seg == ".." {
+				return configError("cache_path", "%q has a . or .. segment", c.CachePath)
+			}
+		}
 		if problem := bareProblem(p); problem != "" {
 			return configError("cache_path", "%q %s", c.CachePath, problem)
 		}

@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// maxConnLimit is the largest limit_conn value nginx accepts.
-const maxConnLimit = 65535
+const (
+	// maxConnLimit is the largest limit_conn value nginx accepts.
+	maxConnLimit = 65535
+	// clientClosedStatus is nginx's "client closed request" status.
+	clientClosedStatus = 499
+)
 
 // limitReqRe is what limit_req_zone's rate= takes here: requests per second
 // or per minute (nginx would also take a bare number).
@@ -217,6 +222,11 @@ func (rd *renderer) validateProxy(r *route, f routeFailure) error {
 		if p := quotedProblem(h.Value, true); p != "" {
 			return f.field("custom_headers["+strconv.Itoa(i)+"].value", "%q %s", h.Value, p)
 		}
+	}
+	// All-methods mode lists the codes in error_page, which refuses 499
+	// (nginx's own "client closed request"); a range like 400-599 has it.
+	if rd.errPage.active() && !rd.errPage.getOnly && slices.Contains(rd.errPage.codes, clientClosedStatus) {
+		return f.inherited("origin_error_page_status_codes", "%q include %d, which nginx's error_page refuses (use get-only mode or leave 499 out)", rd.cfg.OriginErrorPageCodes, clientClosedStatus)
 	}
 	if rd.cfg.CacheEnabled && r.CacheEnabled {
 		for i, rule := range r.CacheRules {

@@ -338,9 +338,7 @@ func proxyURLProblem(raw string) string {
 	}
 	u, err := url.Parse(s)
 	switch {
-	case err != nil:
-		return "is not a URL"
-	case u.Scheme != "http" && u.Scheme != "https":
+	case err != nil || u.Scheme != "http" && u.Scheme != "https":
 		return "is not an http:// or https:// URL"
 	case u.Host == "":
 		return "has no host"

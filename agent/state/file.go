@@ -131,3 +131,19 @@ func globEscape(s string) string {
 	}
 	return string(b)
 }
+
+// ReadJSON decodes path into v and never changes the file: for read-only
+// tools such as `openflare-agent status`. A missing file is not an error.
+func ReadJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -248,4 +251,61 @@ func hasEvent(p protocol.NodePayload, typ string) bool {
 		}
 	}
 	return false
+}
+
+// `status` reads local files only (it works with the server down) and
+// `check` validates the landed config; restart_openresty_now restarts
+// nginx once, and the route keeps serving.
+func TestStatusCheckAndRestart(t *testing.T) {
+	cp := controlPlane(t)
+	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
+	n := newNode(t, cp, nil)
+	n.start()
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	waitServes(t, "app.test", "/", "origin-ok v1")
+	master := n.nginxPID()
+
+	nodeID := cp.Nodes()[0].NodeID
+	cp.UpdateSettings(nodeID, func(s *protocol.AgentSettings) { s.RestartOpenRestyNow = true })
+	waitFor(t, 30*time.Second, "nginx to restart", func() bool { p := n.nginxPID(); return p != 0 && p != master })
+	waitServes(t, "app.test", "/", "origin-ok v1")
+	restarted := n.nginxPID()
+	beats := len(cp.Heartbeats())
+	waitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
+	if n.nginxPID() != restarted {
+		t.Fatal("the one-shot restart ran more than once")
+	}
+
+	if err := cp.SetDown(true); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(agentBinary(t), "-config", n.config, "status").CombinedOutput()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"applied version:   " + v1.Version + " (checksum " + v1.Checksum + ")",
+		"blocked version:   none",
+		fmt.Sprintf("running, master pid %d", restarted),
+		"over HTTP",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	for _, tok := range n.tokens() {
+		if tok != "" && strings.Contains(string(out), tok) {
+			t.Fatal("status prints a token")
+		}
+	}
+	out, err = exec.Command(agentBinary(t), "-config", n.config, "check").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "passes nginx -t") {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	// A landed config broken behind the agent's back makes check fail.
+	main := n.data("etc", "nginx", "nginx.conf")
+	os.WriteFile(main, []byte(readFile(t, main)+"\nbroken"), 0o644)
+	if out, err := exec.Command(agentBinary(t), "-config", n.config, "check").CombinedOutput(); err == nil {
+		t.Fatalf("check passed a broken landed config:\n%s", out)
+	}
 }
