@@ -57,7 +57,15 @@ func (a *Agent) recordHealth(status, msg string) {
 func (a *Agent) beatDone(b *beat, channel string) {
 	a.obs.Ack(b.report)
 	a.morePending.Store(b.report.More)
-	if err := a.store.Update(func(s *state.State) { s.LastHeartbeatUnix = time.Now().Unix(); s.Channel = channel }); err != nil {
+	// Recorded for `status`, but written at most once a minute (or when
+	// the channel changes): an fsync'd write every beat would wear a
+	// router's flash for a timestamp.
+	now := time.Now().Unix()
+	st := a.store.Get()
+	if st.Channel == channel && now-st.LastHeartbeatUnix < 60 {
+		return
+	}
+	if err := a.store.Update(func(s *state.State) { s.LastHeartbeatUnix = now; s.Channel = channel }); err != nil {
 		a.log.Warn("record heartbeat", "err", err)
 	}
 }

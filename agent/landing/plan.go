@@ -36,6 +36,11 @@ type Set struct {
 	// IfMissing files are written only when absent (mime.types belongs to
 	// the operator once it exists).
 	IfMissing []File
+
+	// same marks Files already on disk byte for byte (found by Touched):
+	// they are neither backed up nor rewritten, which keeps an apply that
+	// changes one route from fsyncing every Lua script again.
+	same map[string]bool
 }
 
 // Runtime JSONs live in runtime_config_dir, not cert_dir (PROTOCOL 6.1).
@@ -130,7 +135,13 @@ func (s *Set) Touched() ([]string, error) {
 			out = append(out, p)
 		}
 	}
+	s.same = map[string]bool{}
 	for _, f := range s.Files {
+		if onDisk(f) {
+			s.same[f.Path] = true
+			want[f.Path] = true
+			continue
+		}
 		add(f.Path)
 	}
 	for _, p := range s.Remove {
@@ -180,12 +191,7 @@ func (s *Set) foreign(want map[string]bool) ([]string, error) {
 // apply (e.g. the startup re-apply) can skip the reload.
 func (s *Set) Unchanged() bool {
 	for _, f := range s.Files {
-		fi, err := os.Lstat(f.Path)
-		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode || fi.Size() != int64(len(f.Data)) {
-			return false
-		}
-		b, err := os.ReadFile(f.Path)
-		if err != nil || !bytes.Equal(b, f.Data) {
+		if !onDisk(f) {
 			return false
 		}
 	}
@@ -253,4 +259,14 @@ func Stage(dir string, p Paths, mainText, routeText string, support []protocol.S
 		}
 	}
 	return sp.Main, nil
+}
+
+// onDisk reports whether f is already on disk with the same mode and bytes.
+func onDisk(f File) bool {
+	fi, err := os.Lstat(f.Path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode || fi.Size() != int64(len(f.Data)) {
+		return false
+	}
+	b, err := os.ReadFile(f.Path)
+	return err == nil && bytes.Equal(b, f.Data)
 }

@@ -28,18 +28,23 @@ func MakeDirs(p Paths) error {
 }
 
 // Write lands the set: every file atomically, then removals, then the
-// managed directories are cleared of anything else. after, when set, is
-// called after the first file is written (a crash-test seam).
+// managed directories are cleared of anything else. Files Touched found
+// already on disk are skipped. after, when set, is called after the first
+// file is written (a crash-test seam).
 func (s *Set) Write(after func()) error {
-	for i, f := range s.Files {
+	for _, f := range s.Files {
+		if s.same[f.Path] {
+			continue
+		}
 		if err := os.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
 			return fmt.Errorf("land %s: %w", f.Path, err)
 		}
 		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
-		if i == 0 && after != nil {
+		if after != nil {
 			after()
+			after = nil
 		}
 	}
 	for _, f := range s.IfMissing {

@@ -23,7 +23,7 @@ const (
 	maxParam = 4000
 	// maxLuaBlock bounds a rendered *_by_lua_block: the Lua module reads
 	// the whole block through the same buffer ("too long lua code block").
-	// nginx 1.22 with lua-nginx-module failed at about 3990 bytes.
+	// nginx 1.22 with lua-nginx-module failed at about 4000 bytes.
 	maxLuaBlock = 3584
 	// maxExactServerName and maxServerNameLabel are what nginx's default
 	// server_names_hash_bucket_size (64, the x86-64 cache line) holds: a

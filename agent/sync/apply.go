@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
@@ -51,10 +52,12 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	if err := landing.MakeDirs(s.Paths); err != nil {
 		return fail(err)
 	}
+	began := time.Now()
 	staged, err := landing.Stage(s.StagingDir, s.Paths, mainText, routeText, out.Files)
 	if err == nil {
 		err = s.Ctl.Test(ctx, staged)
 	}
+	s.Log.Debug("apply: staged copy validated", "version", ac.Version, "took", time.Since(began))
 	os.RemoveAll(s.StagingDir)
 	if err != nil {
 		return fail(fmt.Errorf("staged validation: %w", err))
@@ -69,14 +72,18 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 		return fail(err)
 	}
 	crashpoint.Hit("after-backup")
+	s.Log.Debug("apply: backed up", "files", len(touched), "took", time.Since(began))
 	err = set.Write(func() { crashpoint.Hit("mid-write") })
 	crashpoint.Hit("after-swap")
+	s.Log.Debug("apply: swapped in", "took", time.Since(began))
 	if err == nil {
 		err = s.Ctl.Test(ctx, s.Paths.Main)
+		s.Log.Debug("apply: live config validated", "took", time.Since(began))
 	}
 	if err == nil {
 		crashpoint.Hit("before-reload")
 		err = s.Ctl.Activate(ctx)
+		s.Log.Debug("apply: reload confirmed", "took", time.Since(began))
 	}
 	if err != nil {
 		return s.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: %w", ac.Version, err))

@@ -1,0 +1,433 @@
+// Command bench measures openflare-agent on this machine and prints one
+// table: binary sizes, memory and CPU at rest and under load,
+// publish-to-serving latency over HTTP polling and over the WebSocket, and
+// the Go benchmarks of the hot paths. Every figure comes from a real run;
+// `make bench` builds the binaries and runs this.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/nstest"
+)
+
+var (
+	agentBin  = flag.String("agent", "bin/openflare-agent", "release agent binary")
+	distDir   = flag.String("dist", "dist", "cross binaries (from `make cross`)")
+	idleFor   = flag.Duration("idle", 60*time.Second, "how long the agent idles before its RSS and CPU are read")
+	loadFor   = flag.Duration("load", 30*time.Second, "how long 1000 requests/s flow before RSS is read")
+	publishes = flag.Int("publishes", 20, "publishes per latency measurement")
+	routes    = flag.Int("routes", 100, "routes in the measured config")
+)
+
+type row struct{ what, value, note string }
+
+// rowsEnv names the file the live part (inside the namespaces) appends its
+// rows to, for the outer process to print in the one table.
+const rowsEnv = "OPENFLARE_BENCH_ROWS"
+
+func main() {
+	flag.Parse()
+	bin, err := filepath.Abs(*agentBin)
+	if err != nil {
+		fatal(err)
+	}
+	runLive := func() int { return live(bin) }
+	if os.Getenv("OPENFLARE_NSTEST_ROLE") != "" {
+		os.Exit(nstest.Run(runLive, nil))
+	}
+	if _, err := os.Stat(bin); err != nil {
+		fatal(fmt.Errorf("%v (run `make build`)", err))
+	}
+	rows := append(sizes(*distDir), goBenchmarks()...)
+	f, err := os.CreateTemp("", "openflare-bench-rows-")
+	if err != nil {
+		fatal(err)
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	os.Setenv(rowsEnv, f.Name())
+	if code := nstest.Run(runLive, nil); code != 0 {
+		fatal(fmt.Errorf("live measurements exited %d", code))
+	}
+	data, _ := os.ReadFile(f.Name())
+	for _, line := range strings.Split(string(data), "\n") {
+		var r struct{ What, Value, Note string }
+		if json.Unmarshal([]byte(line), &r) == nil {
+			rows = append(rows, row{r.What, r.Value, r.Note})
+		}
+	}
+	printTable(rows)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func emit(what, value, note string) {
+	b, _ := json.Marshal(struct{ What, Value, Note string }{what, value, note})
+	f, err := os.OpenFile(os.Getenv(rowsEnv), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s\n", b)
+	fmt.Fprintf(os.Stderr, "measured: %s = %s\n", what, value)
+}
+
+func printTable(rows []row) {
+	host, _ := os.Hostname()
+	fmt.Printf("\nopenflare-agent bench — %s, %s/%s, %d CPUs (%s), %s, %s\n\n", host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	w := 0
+	for _, r := range rows {
+		w = max(w, len(r.what))
+	}
+	fmt.Printf("| %-*s | %-24s | %s\n", w, "measure", "value", "notes")
+	fmt.Printf("|%s|%s|%s\n", strings.Repeat("-", w+2), strings.Repeat("-", 26), strings.Repeat("-", 30))
+	for _, r := range rows {
+		fmt.Printf("| %-*s | %-24s | %s\n", w, r.what, r.value, r.note)
+	}
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if i := strings.IndexByte(l, ':'); i > 0 {
+				return strings.TrimSpace(l[i+1:])
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+// sizes lists the cross binaries.
+func sizes(dir string) []row {
+	files, _ := filepath.Glob(filepath.Join(dir, "openflare-agent-linux-*"))
+	var rows []row
+	for _, f := range files {
+		if strings.HasSuffix(f, ".sha256") {
+			continue
+		}
+		fi, err := os.Stat(f)
+		if err != nil {
+			continue
+		}
+		note := ""
+		if strings.HasSuffix(f, "-arm64") {
+			note = "budget 6.5 MiB"
+		}
+		rows = append(rows, row{"binary size " + strings.TrimPrefix(filepath.Base(f), "openflare-agent-"), fmt.Sprintf("%.2f MiB (%d B)", float64(fi.Size())/(1<<20), fi.Size()), note})
+	}
+	if len(rows) == 0 {
+		rows = append(rows, row{"binary sizes", "n/a", "run `make cross` first"})
+	}
+	return rows
+}
+
+// goBenchmarks runs the hot-path benchmarks and reports one figure each.
+func goBenchmarks() []row {
+	type bench struct {
+		pkg, name, what, target string
+		lines                   bool
+	}
+	list := []bench{
+		{"./agent/render", "BenchmarkRender1000$", "render 1000 routes", "target < 20 ms", false},
+		{"./agent/render", "BenchmarkRender100$", "render 100 routes", "", false},
+		{"./agent/ipgroups", "BenchmarkPush100k$", "land a 100 000-entry IP group", "target < 200 ms, no reload", false},
+		{"./agent/observability", "BenchmarkParseJSONLine$", "access-log parse rate (JSON)", "target ≥ 300 000 lines/s/core", true},
+		{"./internal/linux", "BenchmarkSample$", "host sample", "target < 200 µs, < 20 allocs", false},
+		{"./internal/mmdb", "BenchmarkCountry$", "MMDB country lookup", "", false},
+	}
+	var rows []row
+	re := regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([\d.]+) ns/op(?:.*?\s([\d.]+) allocs/op)?`)
+	for _, b := range list {
+		if _, err := os.Stat(b.pkg); err != nil {
+			rows = append(rows, row{b.what, "n/a", b.pkg + " not present"})
+			continue
+		}
+		cmd := exec.Command("go", "test", "-run=NONE", "-bench="+b.name, "-benchmem", "-count=3", b.pkg)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			rows = append(rows, row{b.what, "failed", strings.TrimSpace(lastLine(string(out)))})
+			continue
+		}
+		var ns []float64
+		allocs := ""
+		for _, l := range strings.Split(string(out), "\n") {
+			if m := re.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+				v, _ := strconv.ParseFloat(m[2], 64)
+				ns = append(ns, v)
+				allocs = m[3]
+			}
+		}
+		if len(ns) == 0 {
+			rows = append(rows, row{b.what, "n/a", "no result"})
+			continue
+		}
+		slices.Sort(ns)
+		med := ns[len(ns)/2]
+		val := fmtDuration(time.Duration(med))
+		if b.lines {
+			val = fmt.Sprintf("%.0f lines/s", 1e9/med)
+		}
+		note := b.target
+		if allocs != "" {
+			note = strings.TrimSpace(note + fmt.Sprintf(" (%s allocs/op, median of 3)", allocs))
+		}
+		rows = append(rows, row{b.what, val, note})
+	}
+	return rows
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Microsecond:
+		return fmt.Sprintf("%d ns", d.Nanoseconds())
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	default:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+}
+
+// live runs inside the namespaces and prints ROW lines.
+func live(bin string) int {
+	dir, err := os.MkdirTemp("", "openflare-bench-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	origin := startOrigin()
+	cp := controlplane.New()
+	if err := cp.Start(); err != nil {
+		fatal(err)
+	}
+	defer cp.Close()
+	cp.UpdateSettings("", func(s *protocol.AgentSettings) { s.HeartbeatInterval = 3000; s.WebsocketUpgradeEnabled = true })
+	if _, err := cp.Publish(source(origin, 0).JSON(), nil); err != nil {
+		fatal(err)
+	}
+	a := startAgent(bin, dir, cp)
+	defer a.stop()
+	waitServes(fmt.Sprintf("r%d.bench", *routes-1), "gen 0")
+	nodeID := cp.Nodes()[0].NodeID
+	if err := cp.WaitWS(context.Background(), nodeID, true); err != nil {
+		fatal(err)
+	}
+
+	// At rest: 100 routes, WebSocket up, a status every 3 s.
+	time.Sleep(*idleFor / 2)
+	cpu0 := cpuTime(a.pid())
+	time.Sleep(*idleFor / 2)
+	cpu1 := cpuTime(a.pid())
+	perMin := time.Duration(float64(cpu1-cpu0) * float64(time.Minute) / float64(*idleFor/2))
+	emit("agent RSS at rest", kib(rss(a.pid())), fmt.Sprintf("%d routes, WebSocket, status every 3 s, after %v (amd64; budget 10 MiB on arm64)", *routes, *idleFor))
+	emit("agent CPU at rest", fmtDuration(perMin)+" per minute", "budget 60 ms/min")
+
+	// Under load: 1000 requests/s through nginx, tailed and reported.
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 2 * time.Second}
+			tick := time.NewTicker(8 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/load", nil)
+				req.Host = "r0.bench"
+				if resp, err := c.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(*loadFor)
+	peak := rss(a.pid())
+	close(stop)
+	wg.Wait()
+	emit("agent RSS under load", kib(peak), fmt.Sprintf("%.0f requests/s through nginx for %v (target < 20 MiB)", float64(sent.Load())/loadFor.Seconds(), *loadFor))
+
+	// Publish → serving, over the WebSocket (pushed) and over HTTP polling.
+	ws := latencies(cp, origin, 1)
+	emit("publish→serving over WebSocket", fmt.Sprintf("median %s, p95 %s", fmtDuration(pct(ws, 50)), fmtDuration(pct(ws, 95))), fmt.Sprintf("%d publishes, %d routes (target median < 300 ms)", len(ws), *routes))
+	cp.UpdateSettings(nodeID, func(s *protocol.AgentSettings) { s.WebsocketUpgradeEnabled = false })
+	if err := cp.WaitWS(context.Background(), nodeID, false); err != nil {
+		fatal(err)
+	}
+	http1 := latencies(cp, origin, 1+len(ws))
+	emit("publish→serving over HTTP polling", fmt.Sprintf("median %s, p95 %s", fmtDuration(pct(http1, 50)), fmtDuration(pct(http1, 95))), fmt.Sprintf("%d publishes, heartbeat every 3 s", len(http1)))
+	return 0
+}
+
+// source is a config of *routes routes whose origin answers "gen <gen>".
+func source(origin string, gen int) controlplane.Source {
+	var s controlplane.Source
+	for i := 0; i < *routes; i++ {
+		s.Routes = append(s.Routes, controlplane.Route{
+			ID: uint(i + 1), SiteName: fmt.Sprintf("site%d", i), Domains: []string{fmt.Sprintf("r%d.bench", i)},
+			OriginURL: origin + "/gen" + strconv.Itoa(gen),
+		})
+	}
+	s.OpenResty = map[string]any{"origin_error_page_enabled": false}
+	return s
+}
+
+// latencies publishes *publishes versions, each changing every route's
+// origin path, and times publish → the change is served.
+func latencies(cp *controlplane.Server, origin string, first int) []time.Duration {
+	var out []time.Duration
+	for i := 0; i < *publishes; i++ {
+		gen := first + i
+		host := fmt.Sprintf("r%d.bench", rand.IntN(*routes))
+		start := time.Now()
+		if _, err := cp.Publish(source(origin, gen).JSON(), nil); err != nil {
+			fatal(err)
+		}
+		waitServes(host, "gen "+strconv.Itoa(gen))
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func startOrigin() string {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "gen %s", strings.TrimPrefix(strings.SplitN(r.URL.Path, "/", 3)[1], "gen"))
+	})}
+	ln, err := netListen()
+	if err != nil {
+		fatal(err)
+	}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String()
+}
+
+func waitServes(host, want string) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
+		req.Host = host
+		if resp, err := c.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) == want {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fatal(fmt.Errorf("%s never served %q", host, want))
+}
+
+type agentProc struct {
+	cmd *exec.Cmd
+	dir string
+}
+
+func startAgent(bin, dir string, cp *controlplane.Server) *agentProc {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		fatal(err)
+	}
+	_, tok := cp.AddNode("bench")
+	conf, _ := json.Marshal(map[string]any{
+		"server_url": cp.URL(), "agent_token": tok, "node_name": "bench", "node_ip": "198.51.100.10",
+		"openresty_path": nginx, "data_dir": filepath.Join(dir, "data"),
+	})
+	path := filepath.Join(dir, "agent.json")
+	os.WriteFile(path, conf, 0o600)
+	cmd := exec.Command(bin, "-config", path)
+	log, _ := os.Create(filepath.Join(dir, "agent.log"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		fatal(err)
+	}
+	return &agentProc{cmd: cmd, dir: dir}
+}
+
+func (a *agentProc) pid() int { return a.cmd.Process.Pid }
+
+func (a *agentProc) stop() {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.cmd.Wait()
+}
+
+// rss reads VmRSS in KiB.
+func rss(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func kib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/1024) }
+
+// cpuTime is user+system CPU time of pid.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	// USER_HZ is 100 on every Linux this runs on.
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
