@@ -9,10 +9,10 @@ GOBUILD := CGO_ENABLED=0 go build -trimpath -ldflags='$(LDFLAGS)'
 
 # Debian packages the tests and the demo need: a real nginx with the Lua
 # module stands in for OpenResty; unshare comes from util-linux.
-DEB_PACKAGES := nginx libnginx-mod-http-lua lua-resty-core lua-cjson util-linux iproute2 ca-certificates curl git gcc libc6-dev
+DEB_PACKAGES := nginx libnginx-mod-http-lua lua-resty-core lua-cjson util-linux iproute2 ca-certificates curl git gcc libc6-dev qemu-user-static busybox
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps test vet demo clean
+.PHONY: all build deps test vet demo bench clean
 
 all: build
 
@@ -38,5 +38,12 @@ test: vet
 demo: deps build
 	go run ./testing/demo
 
+# Figures measured on this machine (a few minutes: it idles the agent for
+# a minute and runs load through nginx).
+bench: deps build cross
+	go run ./testing/bench
+
 clean:
 	rm -rf bin dist .demo
+
+include cross/cross.mk

@@ -199,6 +199,11 @@ func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
 // user applies the host's rule for the `user` directive.
 func (a *Adapter) user(text string) string {
+	if a.Host.EUID == 0 && a.Host.SingleUID && !userLineRe.MatchString(text) {
+		// Without a user line a root master switches workers to nobody,
+		// which does not exist in a one-uid namespace.
+		text = "user root root;\n" + text
+	}
 	return userLineRe.ReplaceAllStringFunc(text, func(line string) string {
 		m := userLineRe.FindStringSubmatch(line)
 		lead, args := m[1], strings.Fields(m[2])

@@ -155,3 +155,13 @@ func writeFile(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// In a one-uid namespace a template without a user line gets one: nginx
+// would otherwise switch workers to nobody, who does not exist there.
+func TestSingleUIDAddsUserLine(t *testing.T) {
+	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: Host{EUID: 0, SingleUID: true}}
+	got, err := a.Main("worker_processes 1;\nevents {}\n")
+	if err != nil || !strings.HasPrefix(got, "user root root;\n") {
+		t.Fatalf("%q %v", got, err)
+	}
+}

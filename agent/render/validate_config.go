@@ -72,6 +72,7 @@ func mainTemplate(c *restyConfig) string {
 	return c.MainConfigTemplate
 }
 
+// configError names the openresty_config key at fault and what is wrong.
 func configError(key, format string, args ...any) error {
 	return fmt.Errorf("openresty_config.%s: %s", key, fmt.Sprintf(format, args...))
 }

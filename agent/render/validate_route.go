@@ -41,11 +41,8 @@ func (f routeFailure) inherited(key, format string, args ...any) error {
 // certificate checks, whose messages stay as they were.
 func (rd *renderer) validateRoute(r *route) error {
 	f := routeFailure{name: r.displayName()}
-	// A template that sets server_names_hash_bucket_size chose its own
-	// bucket size, so the default's length limit does not apply.
-	hashLimit := !strings.Contains(mainTemplate(rd.cfg), "server_names_hash_bucket_size")
 	for i, d := range r.Domains {
-		if p := serverNameProblem(d, hashLimit); p != "" {
+		if p := serverNameProblem(d, rd.cfg); p != "" {
 			return f.field("domains["+strconv.Itoa(i)+"]", "%q %s", d, p)
 		}
 	}
@@ -78,10 +75,10 @@ func (rd *renderer) validateRoute(r *route) error {
 // serverNameProblem checks one server_name entry: a host name, optionally
 // with nginx's wildcard forms (*.example.com, .example.com, www.example.*),
 // or a bracketed IPv6 address. Labels may hold non-ASCII letters
-// (internationalised names). With hashLimit, the name must also fit nginx's
-// default server_names_hash_bucket_size, or nginx -t fails with "could not
-// build server_names_hash".
-func serverNameProblem(d string, hashLimit bool) string {
+// (internationalised names). The name must also fit nginx's default
+// server_names_hash_bucket_size, or nginx -t fails with "could not build
+// server_names_hash", unless the main template sets its own bucket size.
+func serverNameProblem(d string, c *restyConfig) string {
 	if strings.HasPrefix(d, "[") && strings.HasSuffix(d, "]") {
 		if hostPortProblem(d) != "" {
 			return "is not a valid IPv6 address"
@@ -106,20 +103,26 @@ func serverNameProblem(d string, hashLimit bool) string {
 		if label == "" {
 			return "has an empty label"
 		}
-		for _, c := range label {
-			if !(c < utf8.RuneSelf && (isNameChar(byte(c)) || c == '-') ||
-				c >= utf8.RuneSelf && (unicode.IsLetter(c) || unicode.IsDigit(c) || unicode.IsMark(c))) {
-				return fmt.Sprintf("contains %q, which is not allowed in a server name", c)
+		for _, ch := range label {
+			if !(ch < utf8.RuneSelf && (isNameChar(byte(ch)) || ch == '-') ||
+				ch >= utf8.RuneSelf && (unicode.IsLetter(ch) || unicode.IsDigit(ch) || unicode.IsMark(ch))) {
+				return fmt.Sprintf("contains %q, which is not allowed in a server name", ch)
 			}
 		}
-		if hashLimit && wildcard && len(label) > maxServerNameLabel {
+		if wildcard && len(label) > maxServerNameLabel && !setsBucketSize(c) {
 			return fmt.Sprintf("has a %d-byte label; nginx's default server_names_hash_bucket_size holds %d (set server_names_hash_bucket_size in a custom main template)", len(label), maxServerNameLabel)
 		}
 	}
-	if hashLimit && !wildcard && len(d) > maxExactServerName {
+	if !wildcard && len(d) > maxExactServerName && !setsBucketSize(c) {
 		return fmt.Sprintf("is %d bytes long; nginx's default server_names_hash_bucket_size holds names up to %d (set server_names_hash_bucket_size in a custom main template)", len(d), maxExactServerName)
 	}
 	return ""
+}
+
+// setsBucketSize reports whether the main template chose its own
+// server_names_hash_bucket_size, which lifts the default's length limit.
+func setsBucketSize(c *restyConfig) bool {
+	return strings.Contains(mainTemplate(c), "server_names_hash_bucket_size")
 }
 
 // validateLimits checks the effective limits the route's locations write.
@@ -203,8 +206,17 @@ func (rd *renderer) validateProxy(r *route, f routeFailure) error {
 			return f.field("upstreams["+strconv.Itoa(i)+"]", "%q %s", u, p)
 		}
 	}
-	if plan := planUpstream(r); len(plan.proxyPass)+1 > maxParam {
-		return f.field("origin_url", "the proxy_pass target is %d bytes long; nginx reads at most %d per parameter", len(plan.proxyPass), maxParam)
+	// proxy_pass is origin_url, or an upstream's scheme, path and query
+	// around the upstream name (under 48 bytes plus the site name), with
+	// the path escaped at most threefold; only long values can overflow it.
+	longest := len(r.OriginURL)
+	for _, u := range r.Upstreams {
+		longest = max(longest, len(u))
+	}
+	if 3*longest+len(r.wafSite())+48 > maxParam {
+		if plan := planUpstream(r); len(plan.proxyPass)+1 > maxParam {
+			return f.field("origin_url", "the proxy_pass target is %d bytes long; nginx reads at most %d per parameter", len(plan.proxyPass), maxParam)
+		}
 	}
 	if host := strings.TrimSpace(r.OriginHost); host != "" {
 		if p := hostPortProblem(host); p != "" {
@@ -311,22 +323,34 @@ func validatePages(d *pagesDeployment, f routeFailure) error {
 
 // validateUpstreamNames runs once every route rendered: two proxy routes
 // whose site names sanitise alike and that share an id would declare the
-// same upstream block, which nginx rejects as a duplicate.
+// same upstream block, which nginx rejects as a duplicate. Names are
+// compared first; only routes that share one are planned again, to see
+// whether they declare the block or pass origin_url verbatim.
 func validateUpstreamNames(routes []route) error {
-	owner := make(map[string]string)
+	byName := make(map[string][]*route)
+	var shared []string
 	for i := range routes {
 		r := &routes[i]
 		if r.isPages() {
 			continue
 		}
-		name := planUpstream(r).name
-		if name == "" {
-			continue
+		name := upstreamName(r)
+		byName[name] = append(byName[name], r)
+		if len(byName[name]) == 2 {
+			shared = append(shared, name)
 		}
-		if other, dup := owner[name]; dup {
-			return fmt.Errorf("route %s and route %s both declare upstream %s (same sanitised site name and id)", other, r.displayName(), name)
+	}
+	for _, name := range shared {
+		var first *route
+		for _, r := range byName[name] {
+			if planUpstream(r).name == "" {
+				continue
+			}
+			if first != nil {
+				return fmt.Errorf("route %s and route %s both declare upstream %s (same sanitised site name and id)", first.displayName(), r.displayName(), name)
+			}
+			first = r
 		}
-		owner[name] = r.displayName()
 	}
 	return nil
 }

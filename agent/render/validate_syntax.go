@@ -89,10 +89,11 @@ func literalProblem(s string) string {
 }
 
 // quotedProblem checks s for a double-quoted parameter (nginxQuote escapes
-// `\` and `"`, so the quoting itself cannot break). Control characters are
-// refused: inside a header value a newline would split the request sent to
-// the origin. vars says whether `$` may introduce a variable (header values,
-// the cache key); elsewhere `$` is refused.
+// `\` and `"`, so the quoting itself cannot break; the length counts the
+// quotes and those escapes). Control characters are refused: inside a
+// header value a newline would split the request sent to the origin. vars
+// says whether `$` may introduce a variable (header values, the cache key);
+// elsewhere `$` is refused.
 func quotedProblem(s string, vars bool) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; isControl(c) && c != '\t' {
@@ -106,7 +107,7 @@ func quotedProblem(s string, vars bool) string {
 	} else if strings.IndexByte(s, '$') >= 0 {
 		return "contains $, which nginx would read as a variable"
 	}
-	if n := len(quoted(s)); n > maxParam {
+	if n := len(s) + 2 + strings.Count(s, `\`) + strings.Count(s, `"`); n > maxParam {
 		return fmt.Sprintf("is %d bytes long quoted; nginx reads at most %d per parameter", n, maxParam)
 	}
 	return ""

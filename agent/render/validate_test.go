@@ -144,6 +144,8 @@ func TestValidateRouteErrors(t *testing.T) {
 		{`"origin_url":"http://[fe80::1%25lo]:80"`, "", `has an invalid IPv6 address`},
 		{`"origin_url":"http://10.0.0.1/#top"`, "", `has a fragment`},
 		{`"upstreams":["http://10.0.0.1","ftp://10.0.0.2"]`, "", `route s upstreams[1]: "ftp://10.0.0.2" is not an http:// or https:// URL`},
+		{`"origin_url":"http://10.0.0.1/` + strings.Repeat("ä", 1000) + `"`, "", `route s origin_url: the proxy_pass target is 6019 bytes long`},
+		{`"origin_url":"http://10.0.0.1/` + strings.Repeat("a", 4000) + `"`, "", `is 4016 bytes long; nginx reads at most 4000 per parameter`},
 		{`"origin_host":"a\r\nX-Injected: 1"`, "", `route s origin_host:`},
 		{`"origin_host":"h:65536"`, "", `route s origin_host: "h:65536" has an invalid port`},
 		{`"custom_headers":[{"key":"X Y","value":"v"}]`, "", `route s custom_headers[0].key: "X Y" is not an HTTP header name`},
@@ -213,6 +215,18 @@ func TestValidateUpstreamNames(t *testing.T) {
 		`{"id":1,"site_name":"a-b","domains":["b.example"],"origin_url":"http://10.0.0.2"}],"openresty_config":{},"waf":{}}`
 	_, err := Render(src, nil)
 	if err == nil || err.Error() != "route A b and route a-b both declare upstream backend_a_b_1 (same sanitised site name and id)" {
+		t.Errorf("err = %v", err)
+	}
+	// A route that passes origin_url verbatim declares no block, so the
+	// name is free for the third route.
+	src = `{"routes":[{"id":1,"site_name":"a","domains":["a.example"],"origin_url":"http://10.0.0.1","upstreams":["http://10.0.0.1","https://10.0.0.2"]},` +
+		`{"id":1,"site_name":"a","domains":["b.example"],"origin_url":"http://10.0.0.2"}],"openresty_config":{},"waf":{}}`
+	if _, err := Render(src, nil); err != nil {
+		t.Errorf("verbatim route and named route: %v", err)
+	}
+	src = `{"routes":[{"id":1,"site_name":"a","domains":["a.example"],"origin_url":"http://10.0.0.1","upstreams":["http://10.0.0.1","https://10.0.0.2"]},` +
+		`{"id":1,"site_name":"a","domains":["b.example"],"origin_url":"http://10.0.0.2"},{"id":1,"site_name":"A","domains":["c.example"],"origin_url":"http://10.0.0.3"}]}`
+	if _, err := Render(src, nil); err == nil || !strings.Contains(err.Error(), "route a and route A both declare upstream backend_a_1") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -314,13 +328,14 @@ func TestCheckVariables(t *testing.T) {
 }
 
 func TestServerNameProblem(t *testing.T) {
+	stock := &restyConfig{}
 	for _, ok := range []string{"a.example", "*.a.example", ".a.example", "www.a.*", "localhost", "1.2.3.4", "[2001:db8::1]", "bücher.example", "_dmarc.example"} {
-		if p := serverNameProblem(ok, true); p != "" {
+		if p := serverNameProblem(ok, stock); p != "" {
 			t.Errorf("serverNameProblem(%q) = %s", ok, p)
 		}
 	}
 	for _, bad := range []string{"*", ".", "*.*.com", "a.*.com", "**.a.com", "~a", "#a", "a#b", "$a", "a/b", "a:80", "[::1", "[x]", "a..b", "a.", "a b", "a\u00a0b"} {
-		if p := serverNameProblem(bad, true); p == "" {
+		if p := serverNameProblem(bad, stock); p == "" {
 			t.Errorf("serverNameProblem(%q) accepted", bad)
 		}
 	}

@@ -1,0 +1,409 @@
+#!/bin/sh
+# install.sh: install or upgrade openflare-agent on an edge node.
+#
+#   sh install.sh --binary ./openflare-agent-linux-arm64 \
+#       --server-url https://openflare.example.com --discovery-token TOKEN
+#
+# Debian, Ubuntu, Raspberry Pi OS: the binary goes to /usr/local/bin and a
+# systemd unit runs it as the user openflare. OpenWrt (detected from
+# /etc/openwrt_release): /usr/bin and a procd init script, run as root.
+# The unit and the init script are taken from systemd/ and openwrt/ next to
+# this script, as in the release archive.
+#
+# Tokens can come from OPENFLARE_AGENT_TOKEN or OPENFLARE_DISCOVERY_TOKEN
+# instead of the command line, which keeps them out of the process list.
+# They are never printed.
+#
+# Running it again upgrades: the same files with the same modes. An
+# agent_token already in agent.json (the node has registered) is kept unless
+# --agent-token is given, and keys this script does not set are kept as
+# they are.
+
+# Tracing would print tokens: this script never runs traced, not even
+# under sh -x.
+set +x
+set -eu
+LC_ALL=C
+export LC_ALL
+umask 022
+
+usage() {
+	cat <<'EOF'
+usage: install.sh --binary PATH [options]
+  --binary PATH            the downloaded openflare-agent binary (required)
+  --sha256 HEX             its SHA-256 (default: the first word of PATH.sha256)
+  --server-url URL         control plane URL (required unless agent.json has one)
+  --discovery-token TOKEN  register as a new node (or OPENFLARE_DISCOVERY_TOKEN)
+  --agent-token TOKEN      an existing node's token (or OPENFLARE_AGENT_TOKEN)
+  --node-name NAME         node name (default: the host name)
+  --openresty-path PATH    nginx or OpenResty binary (default: openresty on PATH)
+  --data-dir DIR           the agent's data directory (default: /var/lib/openflare)
+  --root DIR               install under DIR instead of / (nothing is started)
+EOF
+}
+
+say() { printf '%s\n' "$*"; }
+die() {
+	printf 'install.sh: %s\n' "$*" >&2
+	exit 1
+}
+
+binary='' sha256='' server_url='' node_name='' openresty_path='' data_dir='' root=/
+discovery_token=${OPENFLARE_DISCOVERY_TOKEN:-}
+agent_token=${OPENFLARE_AGENT_TOKEN:-}
+while [ $# -gt 0 ]; do
+	opt=$1
+	case $opt in
+	-h | --help)
+		usage
+		exit 0
+		;;
+	--*=*)
+		val=${opt#*=}
+		opt=${opt%%=*}
+		shift
+		;;
+	--*)
+		[ $# -ge 2 ] || die "$opt needs a value"
+		val=$2
+		shift 2
+		;;
+	*)
+		# Not echoed: a stray argument may well be a token.
+		usage >&2
+		die "unexpected argument (options start with --)"
+		;;
+	esac
+	case $opt in
+	--binary) binary=$val ;;
+	--sha256) sha256=$val ;;
+	--server-url) server_url=$val ;;
+	--discovery-token) discovery_token=$val ;;
+	--agent-token) agent_token=$val ;;
+	--node-name) node_name=$val ;;
+	--openresty-path) openresty_path=$val ;;
+	--data-dir) data_dir=$val ;;
+	--root) root=$val ;;
+	*)
+		usage >&2
+		die "unknown option: $opt"
+		;;
+	esac
+done
+unset val
+
+[ -n "$binary" ] || die "--binary is required"
+[ -f "$binary" ] || die "binary $binary not found"
+[ -z "$discovery_token" ] || [ -z "$agent_token" ] || die "give --discovery-token or --agent-token, not both"
+case $data_dir in
+'' | /*) ;;
+*) die "--data-dir must be an absolute path" ;;
+esac
+[ -d "$root" ] || die "--root $root is not a directory"
+root=$(cd "$root" && pwd -P)
+# prefix is prepended to every installed path; empty when installing to /.
+prefix=${root%/}
+if [ -z "$prefix" ] && [ "$(id -u)" != 0 ]; then
+	die "installing to / needs root"
+fi
+here=$(cd "$(dirname "$0")" && pwd -P)
+
+# Temporary files, removed however the script ends.
+tmp='' unit='' dest=''
+cleanup() {
+	[ -z "$tmp" ] || rm -f "$tmp" "$tmp.kept"
+	[ -z "$unit" ] || rm -f "$unit"
+	[ -z "$dest" ] || rm -f "$dest.new"
+}
+trap cleanup EXIT
+
+# --- Verify the binary before touching anything. ---
+if [ -z "$sha256" ]; then
+	[ -f "$binary.sha256" ] || die "no checksum: pass --sha256 or put $binary.sha256 next to the binary"
+	read -r sha256 _ <"$binary.sha256" || true
+fi
+sha256=$(printf '%s' "$sha256" | tr 'A-F' 'a-f')
+case $sha256 in
+*[!0-9a-f]*) die "--sha256 is not a hex SHA-256" ;;
+esac
+[ ${#sha256} -eq 64 ] || die "--sha256 is not a hex SHA-256"
+command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found"
+actual=$(sha256sum <"$binary")
+actual=${actual%% *}
+[ "$actual" = "$sha256" ] || die "sha256 mismatch for $binary: expected $sha256, got $actual; nothing installed"
+say "verified $binary (sha256 $actual)"
+
+# --- JSON helpers. ---
+
+# json_escape STRING: STRING as the inside of a JSON string literal.
+json_escape() {
+	s=$1 out=''
+	while [ -n "$s" ]; do
+		rest=${s#?}
+		c=${s%"$rest"}
+		s=$rest
+		case $c in
+		\\) out="$out\\\\" ;;
+		\") out="$out\\\"" ;;
+		[[:cntrl:]]) out="$out$(printf '\\u%04x' "'$c")" ;;
+		*) out="$out$c" ;;
+		esac
+	done
+	printf '%s' "$out"
+}
+
+# The top-level members of a JSON object file, one per line as "key": value
+# with the whitespace outside strings dropped. With want=KEY only that
+# member's raw value is printed; keys in drop (space-separated) are left out.
+# Exits 3 when the file is not one JSON object.
+# shellcheck disable=SC2016 # an awk program: $0 is awk's, not the shell's
+json_members_awk='
+function emit() {
+	if (val == "") exit 3
+	if (want != "") { if (key == "\"" want "\"") print val; return }
+	if (!(key in skip)) print key ": " val
+}
+BEGIN { n = split(drop, d, " "); for (i = 1; i <= n; i++) skip["\"" d[i] "\""] = 1 }
+{ text = text $0 "\n" }
+END {
+	st = "open"; instr = 0; esc = 0; depth = 0
+	len = length(text)
+	for (i = 1; i <= len; i++) {
+		c = substr(text, i, 1)
+		if (instr) {
+			if (st == "key") key = key c; else val = val c
+			if (esc) esc = 0
+			else if (c == "\\") esc = 1
+			else if (c == "\"") { instr = 0; if (st == "key") st = "colon" }
+			continue
+		}
+		if (c == " " || c == "\t" || c == "\n" || c == "\r") continue
+		if (st == "open") { if (c != "{") exit 3; st = "first"; continue }
+		if (st == "done") exit 3
+		if (st == "first" || st == "next") {
+			if (st == "first" && c == "}") { st = "done"; continue }
+			if (c != "\"") exit 3
+			key = c; instr = 1; st = "key"; continue
+		}
+		if (st == "colon") { if (c != ":") exit 3; st = "value"; val = ""; continue }
+		if (depth == 0 && (c == "," || c == "}")) {
+			emit()
+			st = (c == ",") ? "next" : "done"
+			continue
+		}
+		if (c == "{" || c == "[") depth++
+		else if (c == "}" || c == "]") { if (--depth < 0) exit 3 }
+		else if (c == "\"") instr = 1
+		val = val c
+	}
+	if (st != "done") exit 3
+}'
+
+# json_get FILE KEY: the raw JSON value of a top-level key ("" if absent).
+json_get() { awk -v want="$2" "$json_members_awk" "$1"; }
+
+# --- Where things go. ---
+if [ -f "$prefix/etc/openwrt_release" ]; then
+	platform=openwrt
+	bin_dir=/usr/bin
+	svc_src=$here/openwrt/openflare-agent.init
+else
+	platform=systemd
+	bin_dir=/usr/local/bin
+	svc_src=$here/systemd/openflare-agent.service
+fi
+[ -f "$svc_src" ] || die "$svc_src not found: run install.sh from the release archive (or cross/); nothing installed"
+conf_dir=/etc/openflare
+conf=$conf_dir/agent.json
+real_root=false
+[ -n "$prefix" ] || real_root=true
+
+# --- agent.json: managed keys from the options, every other key kept. ---
+existing_token=''
+existing_data_dir=''
+existing_server_url=''
+existing_discovery=''
+if [ -f "$prefix$conf" ]; then
+	json_get "$prefix$conf" server_url >/dev/null || die "$conf is not a JSON object: fix or remove it"
+	existing_token=$(json_get "$prefix$conf" agent_token)
+	existing_discovery=$(json_get "$prefix$conf" discovery_token)
+	existing_server_url=$(json_get "$prefix$conf" server_url)
+	existing_data_dir=$(json_get "$prefix$conf" data_dir)
+fi
+has_value() { [ -n "$1" ] && [ "$1" != '""' ] && [ "$1" != null ]; }
+
+[ -n "$server_url" ] || has_value "$existing_server_url" || die "--server-url is required"
+drop=''
+token_note=''
+if [ -n "$agent_token" ]; then
+	drop="agent_token discovery_token"
+	token_note='agent_token ****'
+elif has_value "$existing_token"; then
+	token_note='agent_token **** (kept: the node has registered)'
+	discovery_token=''
+elif [ -n "$discovery_token" ]; then
+	drop="agent_token discovery_token"
+	token_note='discovery_token ****'
+elif has_value "$existing_discovery"; then
+	token_note='discovery_token **** (kept)'
+else
+	die "no token: pass --discovery-token or --agent-token"
+fi
+[ -z "$server_url" ] || drop="$drop server_url"
+[ -z "$node_name" ] || drop="$drop node_name"
+[ -z "$openresty_path" ] || drop="$drop openresty_path"
+if [ -n "$data_dir" ]; then
+	drop="$drop data_dir"
+elif has_value "$existing_data_dir"; then
+	data_dir=${existing_data_dir#\"}
+	data_dir=${data_dir%\"}
+	case $data_dir in
+	/*) ;;
+	*) die "data_dir in $conf is not an absolute path; pass --data-dir" ;;
+	esac
+	case $data_dir in
+	*\\*) die "data_dir in $conf has escapes; pass --data-dir" ;;
+	esac
+else
+	data_dir=/var/lib/openflare
+	drop="$drop data_dir"
+fi
+
+mkdir -p "$prefix$conf_dir" "$prefix$data_dir" "$prefix$bin_dir"
+chmod 0750 "$prefix$conf_dir" "$prefix$data_dir"
+
+# write_conf FILE: the new agent.json. Only printf (a shell builtin) sees
+# the tokens, so they never reach a child process's command line.
+write_conf() {
+	sep=''
+	{
+		printf '{\n'
+		for key in server_url agent_token discovery_token node_name openresty_path data_dir; do
+			case " $drop " in *" $key "*) ;; *) continue ;; esac
+			case $key in
+			server_url) v=$server_url ;;
+			agent_token) v=$agent_token ;;
+			discovery_token) v=$discovery_token ;;
+			node_name) v=$node_name ;;
+			openresty_path) v=$openresty_path ;;
+			data_dir) v=$data_dir ;;
+			esac
+			if [ "$key" = agent_token ] && [ -z "$v" ]; then
+				continue
+			fi
+			printf '%s  "%s": "%s"' "$sep" "$key" "$(json_escape "$v")"
+			sep=',
+'
+		done
+		if [ -f "$prefix$conf" ]; then
+			awk -v drop="$drop" "$json_members_awk" "$prefix$conf" >"$1.kept"
+			while IFS= read -r member; do
+				printf '%s  %s' "$sep" "$member"
+				sep=',
+'
+			done <"$1.kept"
+		fi
+		printf '\n}\n'
+	} >"$1"
+}
+
+tmp=$prefix$conf_dir/.agent.json.new
+(
+	umask 077
+	write_conf "$tmp"
+)
+chmod 0600 "$tmp"
+conf_changed=true
+if [ -f "$prefix$conf" ] && cmp -s "$tmp" "$prefix$conf"; then
+	rm -f "$tmp"
+	conf_changed=false
+	say "$prefix$conf unchanged ($token_note)"
+else
+	mv -f "$tmp" "$prefix$conf"
+	say "wrote $prefix$conf ($token_note)"
+fi
+chmod 0600 "$prefix$conf"
+unset agent_token discovery_token existing_token existing_discovery
+
+# --- The binary: a new file renamed into place, so a running agent keeps
+# its old inode. ---
+dest=$prefix$bin_dir/openflare-agent
+bin_changed=true
+if [ -f "$dest" ] && cmp -s "$binary" "$dest"; then
+	bin_changed=false
+	say "$dest unchanged"
+else
+	cp "$binary" "$dest.new"
+	chmod 0755 "$dest.new"
+	mv -f "$dest.new" "$dest"
+	say "installed $dest"
+fi
+chmod 0755 "$dest"
+
+# --- The service. ---
+# install_file SRC DEST MODE: copy unless identical; report whether changed.
+install_file() {
+	if [ -f "$2" ] && cmp -s "$1" "$2"; then
+		chmod "$3" "$2"
+		say "$2 unchanged"
+		return 1
+	fi
+	mkdir -p "$(dirname "$2")"
+	cp "$1" "$2.new"
+	chmod "$3" "$2.new"
+	mv -f "$2.new" "$2"
+	say "installed $2"
+}
+
+svc_changed=false
+if [ "$platform" = openwrt ]; then
+	if install_file "$svc_src" "$prefix/etc/init.d/openflare-agent" 0755; then svc_changed=true; fi
+else
+	# The unit names the data directory (ReadWritePaths=); make it this one.
+	unit=$prefix$conf_dir/.openflare-agent.service.new
+	dd_sed=$(printf '%s' "$data_dir" | sed 's/[\\|&]/\\&/g')
+	sed "s|/var/lib/openflare|$dd_sed|g" "$svc_src" >"$unit"
+	if install_file "$unit" "$prefix/etc/systemd/system/openflare-agent.service" 0644; then svc_changed=true; fi
+fi
+
+# --- The user, ownership, and starting the service (a real install only). ---
+if $real_root && [ "$platform" = systemd ]; then
+	if ! id openflare >/dev/null 2>&1; then
+		if command -v useradd >/dev/null 2>&1; then
+			nologin=/usr/sbin/nologin
+			[ -x "$nologin" ] || nologin=/bin/false
+			useradd --system --user-group --home-dir "$data_dir" --no-create-home --shell "$nologin" openflare
+			say "created user openflare"
+		else
+			say "warning: useradd not found: create the system user openflare and give it $data_dir and $conf_dir"
+		fi
+	fi
+	if id openflare >/dev/null 2>&1; then
+		chown -R openflare:openflare "$data_dir"
+		chown openflare:openflare "$conf_dir" "$conf"
+	fi
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		was_active=false
+		if systemctl is-active --quiet openflare-agent; then was_active=true; fi
+		systemctl daemon-reload
+		systemctl enable --now openflare-agent
+		if $was_active && { $bin_changed || $conf_changed || $svc_changed; }; then
+			# KillMode=process: nginx keeps serving while the agent restarts.
+			systemctl restart openflare-agent
+		fi
+		say "openflare-agent enabled and running: journalctl -u openflare-agent -f"
+	else
+		say "systemd is not running here: once it is, systemctl enable --now openflare-agent"
+	fi
+elif $real_root; then
+	/etc/init.d/openflare-agent enable
+	if $bin_changed || $conf_changed || $svc_changed; then
+		/etc/init.d/openflare-agent restart
+	else
+		# procd leaves an unchanged running instance alone.
+		/etc/init.d/openflare-agent start
+	fi
+	say "openflare-agent enabled and running: logread -e openflare-agent -f"
+else
+	say "installed under $root: nothing enabled or started"
+fi
