@@ -147,7 +147,7 @@ func (a *Agent) reconcileIPGroups(ctx context.Context, wafConfig string) {
 	}
 }
 
-func (a *Agent) logIPGroups(how string, landed []uint, rejected []ipgroups.Rejection, err error) {
+func (a *Agent) logIPGroups(how string, landed []uint64, rejected []ipgroups.Rejection, err error) {
 	for _, r := range rejected {
 		a.log.Warn("IP group rejected", "id", r.ID, "reason", r.Reason)
 	}

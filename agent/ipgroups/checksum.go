@@ -17,7 +17,7 @@ import (
 // checksumInput is the exact object PROTOCOL 7.1 hashes: these three keys in
 // this order. name and type are deliberately not covered.
 type checksumInput struct {
-	ID      uint     `json:"id"`
+	ID      uint64   `json:"id"`
 	Enabled bool     `json:"enabled"`
 	IPList  []string `json:"ip_list"`
 }
@@ -36,7 +36,7 @@ func Checksum(g protocol.WAFIPGroup) string {
 	if list == nil {
 		list = []string{}
 	}
-	// A uint, a bool and strings always encode: the error cannot happen.
+	// A uint64, a bool and strings always encode: the error cannot happen.
 	b, _ := json.Marshal(checksumInput{ID: g.ID, Enabled: g.Enabled, IPList: list})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -45,7 +45,7 @@ func Checksum(g protocol.WAFIPGroup) string {
 // verifiedGroup is a pushed or returned group whose checksum was recomputed
 // and matched, encoded as it is stored in the snapshot.
 type verifiedGroup struct {
-	id       uint
+	id       uint64
 	checksum string
 	raw      json.RawMessage
 }

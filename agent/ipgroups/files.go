@@ -64,7 +64,7 @@ func readSnapshotFile(path string) ([]byte, error) {
 // groupHead is the part of a stored group needed to report checksums; the
 // decoder skips ip_list without allocating its entries.
 type groupHead struct {
-	ID       uint   `json:"id"`
+	ID       uint64 `json:"id"`
 	Checksum string `json:"checksum"`
 }
 
@@ -122,12 +122,12 @@ func parseRaw(data []byte) (map[string]json.RawMessage, error) {
 
 // parseKey accepts only the canonical decimal form, the one the Lua side
 // looks up with tostring(id).
-func parseKey(key string) (uint, error) {
+func parseKey(key string) (uint64, error) {
 	id, err := strconv.ParseUint(key, 10, strconv.IntSize)
 	if err != nil || strconv.FormatUint(id, 10) != key {
 		return 0, fmt.Errorf("group key %q is not a decimal id", key)
 	}
-	return uint(id), nil
+	return uint64(id), nil
 }
 
 // readRaw reads and decodes the current snapshot for an update.

@@ -16,7 +16,7 @@ import (
 )
 
 // group builds a group as the server ships it, with its true checksum.
-func group(id uint, enabled bool, ips ...string) protocol.WAFIPGroup {
+func group(id uint64, enabled bool, ips ...string) protocol.WAFIPGroup {
 	g := protocol.WAFIPGroup{ID: id, Name: fmt.Sprintf("g%d", id), Type: "manual", Enabled: enabled, IPList: ips}
 	g.Checksum = Checksum(g)
 	return g
@@ -36,8 +36,8 @@ func bigList(n, variant int) []string {
 
 // wafConfig is a waf_config.json whose one rule group has an ip_match node
 // referencing ids.
-func wafConfig(ids ...uint) []byte {
-	cfg, _ := json.Marshal(map[string][]uint{"ip_group_ids": ids})
+func wafConfig(ids ...uint64) []byte {
+	cfg, _ := json.Marshal(map[string][]uint64{"ip_group_ids": ids})
 	return []byte(`{"rule_groups":[{"id":1,"name":"r","enabled":true,"is_global":true,"block_status_code":403,` +
 		`"graph":{"entry":"m","nodes":{"m":{"type":"ip_match","config":` + string(cfg) + `,"next":{"true":"b","false":"a"}},` +
 		`"a":{"type":"allow"},"b":{"type":"block"}}}}],"bindings":[]}`)
@@ -46,12 +46,12 @@ func wafConfig(ids ...uint) []byte {
 // fakeServer is E6 as a closure: it returns every requested group whose
 // checksum differs from the one the agent sent, and records each request.
 type fakeServer struct {
-	groups   map[uint]protocol.WAFIPGroup
+	groups   map[uint64]protocol.WAFIPGroup
 	requests []protocol.IPGroupSyncRequest
 }
 
 func newServer(groups ...protocol.WAFIPGroup) *fakeServer {
-	s := &fakeServer{groups: make(map[uint]protocol.WAFIPGroup)}
+	s := &fakeServer{groups: make(map[uint64]protocol.WAFIPGroup)}
 	s.set(groups...)
 	return s
 }
@@ -82,7 +82,7 @@ func seed(t testing.TB, groups ...protocol.WAFIPGroup) (*Store, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []uint
+	var ids []uint64
 	for _, g := range groups {
 		ids = append(ids, g.ID)
 	}

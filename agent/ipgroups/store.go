@@ -37,15 +37,15 @@ type Store struct {
 
 // Result says what an update did.
 type Result struct {
-	Landed    []uint      // groups written with new content, ascending
+	Landed    []uint64    // groups written with new content, ascending
 	Rejected  []Rejection // groups refused because their checksum did not verify
-	Dropped   []uint      // groups removed because the WAF config no longer references them, ascending
+	Dropped   []uint64    // groups removed because the WAF config no longer references them, ascending
 	Unchanged bool        // nothing was written
 }
 
 // Rejection is a group from the server that was not landed.
 type Rejection struct {
-	ID     uint
+	ID     uint64
 	Reason string
 }
 
@@ -188,8 +188,8 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 		return res, err
 	}
 
-	var kept []uint
-	var missing []uint
+	var kept []uint64
+	var missing []uint64
 	for _, id := range ids {
 		if _, ok := fresh[idKey(id)]; ok {
 			continue
@@ -289,7 +289,7 @@ func (s *Store) land(groups map[string]json.RawMessage) error {
 }
 
 // missingError names referenced groups the snapshot still lacks, or is nil.
-func missingError(ids []uint) error {
+func missingError(ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -300,7 +300,7 @@ func missingError(ids []uint) error {
 	return fmt.Errorf("ip groups: referenced groups missing after sync: %s", strings.Join(names, ", "))
 }
 
-func idKey(id uint) string { return strconv.FormatUint(uint64(id), 10) }
+func idKey(id uint64) string { return strconv.FormatUint(uint64(id), 10) }
 
 // ReadChecksums reads the snapshot in dir without changing anything (for
 // `openflare-agent status`): id → checksum, empty when there is none.

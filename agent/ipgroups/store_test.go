@@ -27,7 +27,7 @@ func TestPushUpdatesPresentGroupsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Landed, []uint{3}) || res.Unchanged || len(res.Dropped) != 0 {
+	if !slices.Equal(res.Landed, []uint64{3}) || res.Unchanged || len(res.Dropped) != 0 {
 		t.Fatalf("result %+v", res)
 	}
 	if len(res.Rejected) != 1 || res.Rejected[0].ID != 4 || !strings.Contains(res.Rejected[0].Reason, "checksum") {
@@ -126,7 +126,7 @@ func TestReconcileNoReferencedGroups(t *testing.T) {
 	// Existing groups are dropped.
 	s, dir = seed(t, group(3, true, "198.51.100.7"), group(5, false))
 	res, err = s.Reconcile(context.Background(), []byte(`{"rule_groups":[],"bindings":[]}`), noSync)
-	if err != nil || !slices.Equal(res.Dropped, []uint{3, 5}) || len(res.Landed) != 0 {
+	if err != nil || !slices.Equal(res.Dropped, []uint64{3, 5}) || len(res.Landed) != 0 {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	assertSnapshot(t, dir)
@@ -156,7 +156,7 @@ func TestReconcileRequest(t *testing.T) {
 		t.Fatalf("%d requests", len(srv.requests))
 	}
 	req := srv.requests[0]
-	if !slices.Equal(req.IDs, []uint{3, 5, 12}) {
+	if !slices.Equal(req.IDs, []uint64{3, 5, 12}) {
 		t.Errorf("ids %v, want sorted [3 5 12]", req.IDs)
 	}
 	if !maps.Equal(req.Checksums, map[string]string{"3": g3.Checksum}) {
@@ -175,7 +175,7 @@ func TestReconcileReplacesSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Landed, []uint{4, 6}) || !slices.Equal(res.Dropped, []uint{5}) || res.Unchanged || len(res.Rejected) != 0 {
+	if !slices.Equal(res.Landed, []uint64{4, 6}) || !slices.Equal(res.Dropped, []uint64{5}) || res.Unchanged || len(res.Rejected) != 0 {
 		t.Fatalf("result %+v", res)
 	}
 	assertSnapshot(t, dir, g3, g4b, g6)
@@ -206,7 +206,7 @@ func TestReconcileLegacyKeys(t *testing.T) {
 	if _, err := s.Reconcile(context.Background(), cfg, srv.sync); err != nil {
 		t.Fatal(err)
 	}
-	if got := srv.requests[0].IDs; !slices.Equal(got, []uint{20, 21, 22, 23}) {
+	if got := srv.requests[0].IDs; !slices.Equal(got, []uint64{20, 21, 22, 23}) {
 		t.Fatalf("ids %v", got)
 	}
 	assertSnapshot(t, dir, groups...)
@@ -221,7 +221,7 @@ func TestReconcileMissingGroup(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "8") || strings.Contains(err.Error(), "3") || strings.Contains(err.Error(), "4") {
 		t.Fatalf("err %v, want one naming only 8", err)
 	}
-	if !slices.Equal(res.Landed, []uint{4}) {
+	if !slices.Equal(res.Landed, []uint64{4}) {
 		t.Fatalf("result %+v", res)
 	}
 	assertSnapshot(t, dir, g3, g4)
@@ -247,7 +247,7 @@ func TestSnapshotVanished(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing after sync: 3") {
 		t.Fatalf("err %v", err)
 	}
-	if !slices.Equal(res.Landed, []uint{4}) {
+	if !slices.Equal(res.Landed, []uint64{4}) {
 		t.Fatalf("result %+v", res)
 	}
 	assertSnapshot(t, dir, g4b)
@@ -274,11 +274,11 @@ func TestReconcileRejectsBadChecksum(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing after sync: 9") {
 		t.Fatalf("err %v", err)
 	}
-	var rejected []uint
+	var rejected []uint64
 	for _, r := range res.Rejected {
 		rejected = append(rejected, r.ID)
 	}
-	if !slices.Equal(rejected, []uint{3, 9}) || !slices.Equal(res.Landed, []uint{5}) {
+	if !slices.Equal(rejected, []uint64{3, 9}) || !slices.Equal(res.Landed, []uint64{5}) {
 		t.Fatalf("result %+v", res)
 	}
 	assertSnapshot(t, dir, g3, g5)
@@ -454,7 +454,7 @@ func TestConcurrentUse(t *testing.T) {
 	for i := range 4 {
 		wg.Go(func() {
 			for j := range 10 {
-				g := group(uint(3+i%2), true, fmt.Sprintf("10.%d.%d.1", i, j))
+				g := group(uint64(3+i%2), true, fmt.Sprintf("10.%d.%d.1", i, j))
 				if _, err := s.Push([]protocol.WAFIPGroup{g}); err != nil {
 					t.Error(err)
 				}

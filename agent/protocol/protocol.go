@@ -211,7 +211,7 @@ type ApplyLogRecord struct {
 
 // WAFIPGroup is one IP group with its membership (PROTOCOL 7.1).
 type WAFIPGroup struct {
-	ID       uint     `json:"id"`
+	ID       uint64   `json:"id"`
 	Name     string   `json:"name"`
 	Type     string   `json:"type"`
 	Enabled  bool     `json:"enabled"`
@@ -221,7 +221,7 @@ type WAFIPGroup struct {
 
 // IPGroupSyncRequest is E6's body.
 type IPGroupSyncRequest struct {
-	IDs       []uint            `json:"ids"`
+	IDs       []uint64          `json:"ids"`
 	Checksums map[string]string `json:"checksums"`
 }
 
@@ -232,8 +232,8 @@ type IPGroupSyncReply struct {
 
 // PagesMeta is E7's data.
 type PagesMeta struct {
-	ProjectID    uint   `json:"project_id"`
-	DeploymentID uint   `json:"deployment_id"`
+	ProjectID    uint64 `json:"project_id"`
+	DeploymentID uint64 `json:"deployment_id"`
 	Hash         string `json:"hash"`
 	PackageSize  int64  `json:"package_size"`
 	FileCount    int    `json:"file_count"`

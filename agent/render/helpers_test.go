@@ -26,7 +26,7 @@ func TestSanitizeSiteName(t *testing.T) {
 }
 
 func TestLimitBurst(t *testing.T) {
-	tests := map[string]int{
+	tests := map[string]int64{
 		"10r/s": 20, "1r/s": 2, "0r/s": 0,
 		"30r/m": 6, "7r/m": 5, "120r/m": 24, "24r/m": 5, "25r/m": 5, "26r/m": 5, "30r/m ": 5,
 		"5r/h": 5, "junk": 5, "": 5, "r/s": 5, "-3r/s": 5, "+3r/s": 5, "1.5r/s": 5,

@@ -10,7 +10,7 @@ import (
 
 // certGroup is the domains served with one certificate.
 type certGroup struct {
-	certID  uint
+	certID  uint64
 	domains []string
 }
 
@@ -24,7 +24,7 @@ type partition struct {
 // many routes or groups use it.
 type certStore struct {
 	files  map[string]string
-	parsed map[uint]certEntry
+	parsed map[uint64]certEntry
 }
 
 type certEntry struct {
@@ -33,14 +33,14 @@ type certEntry struct {
 }
 
 func newCertStore(files map[string]string) *certStore {
-	return &certStore{files: files, parsed: make(map[uint]certEntry)}
+	return &certStore{files: files, parsed: make(map[uint64]certEntry)}
 }
 
 var errNoCertificateBlock = errors.New("no CERTIFICATE PEM block")
 
 // lookup returns the parsed leaf certificate, ok=false when <id>.crt is not
 // among the support files.
-func (s *certStore) lookup(id uint) (*x509.Certificate, bool, error) {
+func (s *certStore) lookup(id uint64) (*x509.Certificate, bool, error) {
 	if e, done := s.parsed[id]; done {
 		return e.cert, true, e.err
 	}
@@ -76,9 +76,9 @@ func partitionDomains(r *route, certs *certStore) (partition, error) {
 		return partition{httpOnly: r.Domains}, nil
 	}
 	var p partition
-	index := make(map[uint]int)
+	index := make(map[uint64]int)
 	for i, d := range r.Domains {
-		var id uint
+		var id uint64
 		if i < len(r.DomainCertIDs) {
 			id = r.DomainCertIDs[i]
 		}

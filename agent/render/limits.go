@@ -9,8 +9,8 @@ import (
 // limits are a route's effective limits (PROTOCOL 5.2); zero values mean
 // "not emitted".
 type limits struct {
-	connPerServer int
-	connPerIP     int
+	connPerServer int64
+	connPerIP     int64
 	rate          string
 	reqPerIP      string
 }
@@ -26,7 +26,7 @@ func effectiveLimits(r *route, c *restyConfig) limits {
 
 // effectiveCount: a positive route value wins, -1 (any negative) disables,
 // 0 inherits the default, which itself only counts when positive.
-func effectiveCount(v, def int) int {
+func effectiveCount(v, def int64) int64 {
 	switch {
 	case v > 0:
 		return v
@@ -62,7 +62,7 @@ func limitZone(rate string) string {
 
 // limitBurst is the burst for a rate: Nr/s → 2N, Nr/m → max(⌊N/5⌋, 5),
 // anything else (another unit, junk, overflow) → 5.
-func limitBurst(rate string) int {
+func limitBurst(rate string) int64 {
 	const fallback = 5
 	var unit byte
 	switch {
@@ -77,12 +77,14 @@ func limitBurst(rate string) int {
 	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
 		return fallback
 	}
-	n, err := strconv.Atoi(digits)
+	// 64-bit on every architecture: the server computes this in 64 bits,
+	// and a 32-bit int would turn a large rate into a different burst.
+	n, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil {
 		return fallback
 	}
 	if unit == 's' {
-		if n > math.MaxInt/2 {
+		if n > math.MaxInt64/2 {
 			return fallback
 		}
 		return 2 * n
@@ -93,16 +95,16 @@ func limitBurst(rate string) int {
 // writeLimits emits the limit directives of a location (indent: 8 spaces).
 func writeLimits(b *strings.Builder, l limits) {
 	if l.connPerServer > 0 {
-		writeLines(b, "        limit_conn openflare_conn_per_server ", strconv.Itoa(l.connPerServer), ";\n")
+		writeLines(b, "        limit_conn openflare_conn_per_server ", strconv.FormatInt(l.connPerServer, 10), ";\n")
 	}
 	if l.connPerIP > 0 {
-		writeLines(b, "        limit_conn openflare_conn_per_ip ", strconv.Itoa(l.connPerIP), ";\n")
+		writeLines(b, "        limit_conn openflare_conn_per_ip ", strconv.FormatInt(l.connPerIP, 10), ";\n")
 	}
 	if l.rate != "" {
 		writeLines(b, "        limit_rate ", l.rate, ";\n")
 	}
 	if l.reqPerIP != "" {
-		writeLines(b, "        limit_req zone=", limitZone(l.reqPerIP), " burst=", strconv.Itoa(limitBurst(l.reqPerIP)), " nodelay;\n",
+		writeLines(b, "        limit_req zone=", limitZone(l.reqPerIP), " burst=", strconv.FormatInt(limitBurst(l.reqPerIP), 10), " nodelay;\n",
 			"        limit_req_status 429;\n")
 	}
 }

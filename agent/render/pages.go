@@ -125,12 +125,12 @@ func spaFallback(p string) string {
 // PagesProjectIDs lists the Pages projects a config version serves
 // (PROTOCOL 9): each `upstream_type: "pages"` route's pages_project_id, else
 // its pages_deployment.project_id. Deduplicated, sorted ascending.
-func PagesProjectIDs(sourceConfigJSON string) ([]uint, error) {
+func PagesProjectIDs(sourceConfigJSON string) ([]uint64, error) {
 	s, err := decodeSnapshot(sourceConfigJSON)
 	if err != nil {
 		return nil, err
 	}
-	seen := make(map[uint]bool)
+	seen := make(map[uint64]bool)
 	for i := range s.Routes {
 		r := &s.Routes[i]
 		if !r.isPages() {

@@ -67,7 +67,7 @@ type renderer struct {
 // serverKind tells the emitted server blocks apart.
 type serverKind struct {
 	https  bool
-	certID uint
+	certID uint64
 	sw     bool // SW locations and check (HTTPS servers only)
 	pow    bool // PoW check and locations
 }

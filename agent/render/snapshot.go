@@ -19,17 +19,17 @@ type snapshot struct {
 }
 
 type route struct {
-	ID                 uint             `json:"id"`
+	ID                 uint64           `json:"id"`
 	SiteName           string           `json:"site_name"`
 	Domains            []string         `json:"domains"`
 	OriginURL          string           `json:"origin_url"`
 	OriginHost         string           `json:"origin_host"`
 	Upstreams          []string         `json:"upstreams"`
 	EnableHTTPS        bool             `json:"enable_https"`
-	DomainCertIDs      []uint           `json:"domain_cert_ids"`
+	DomainCertIDs      []uint64         `json:"domain_cert_ids"`
 	RedirectHTTP       bool             `json:"redirect_http"`
-	LimitConnPerServer int              `json:"limit_conn_per_server"`
-	LimitConnPerIP     int              `json:"limit_conn_per_ip"`
+	LimitConnPerServer int64            `json:"limit_conn_per_server"`
+	LimitConnPerIP     int64            `json:"limit_conn_per_ip"`
 	LimitRate          string           `json:"limit_rate"`
 	LimitReqPerIP      string           `json:"limit_req_per_ip"`
 	CacheEnabled       bool             `json:"cache_enabled"`
@@ -40,7 +40,7 @@ type route struct {
 	BasicAuthUsername  string           `json:"basic_auth_username"`
 	BasicAuthPassword  string           `json:"basic_auth_password"`
 	UpstreamType       string           `json:"upstream_type"`
-	PagesProjectID     uint             `json:"pages_project_id"`
+	PagesProjectID     uint64           `json:"pages_project_id"`
 	PagesDeployment    *pagesDeployment `json:"pages_deployment"`
 }
 
@@ -50,7 +50,7 @@ type customHeader struct {
 }
 
 type pagesDeployment struct {
-	ProjectID          uint   `json:"project_id"`
+	ProjectID          uint64 `json:"project_id"`
 	EntryFile          string `json:"entry_file"`
 	SPAFallbackEnabled bool   `json:"spa_fallback_enabled"`
 	SPAFallbackPath    string `json:"spa_fallback_path"`
@@ -66,22 +66,22 @@ type pagesDeployment struct {
 // contract names a fallback (template, default server status, cache path,
 // error page codes).
 type restyConfig struct {
-	DefaultServerReturnStatus int      `json:"default_server_return_status"`
+	DefaultServerReturnStatus int64    `json:"default_server_return_status"`
 	WorkerProcesses           string   `json:"worker_processes"`
-	WorkerConnections         int      `json:"worker_connections"`
-	WorkerRlimitNofile        int      `json:"worker_rlimit_nofile"`
+	WorkerConnections         int64    `json:"worker_connections"`
+	WorkerRlimitNofile        int64    `json:"worker_rlimit_nofile"`
 	EventsUse                 string   `json:"events_use"`
 	EventsMultiAcceptEnabled  bool     `json:"events_multi_accept_enabled"`
-	KeepaliveTimeout          int      `json:"keepalive_timeout"`
-	KeepaliveRequests         int      `json:"keepalive_requests"`
-	ClientHeaderTimeout       int      `json:"client_header_timeout"`
-	ClientBodyTimeout         int      `json:"client_body_timeout"`
+	KeepaliveTimeout          int64    `json:"keepalive_timeout"`
+	KeepaliveRequests         int64    `json:"keepalive_requests"`
+	ClientHeaderTimeout       int64    `json:"client_header_timeout"`
+	ClientBodyTimeout         int64    `json:"client_body_timeout"`
 	ClientMaxBodySize         string   `json:"client_max_body_size"`
 	LargeClientHeaderBuffers  string   `json:"large_client_header_buffers"`
-	SendTimeout               int      `json:"send_timeout"`
-	ProxyConnectTimeout       int      `json:"proxy_connect_timeout"`
-	ProxySendTimeout          int      `json:"proxy_send_timeout"`
-	ProxyReadTimeout          int      `json:"proxy_read_timeout"`
+	SendTimeout               int64    `json:"send_timeout"`
+	ProxyConnectTimeout       int64    `json:"proxy_connect_timeout"`
+	ProxySendTimeout          int64    `json:"proxy_send_timeout"`
+	ProxyReadTimeout          int64    `json:"proxy_read_timeout"`
 	WebsocketEnabled          bool     `json:"websocket_enabled"`
 	HTTP3Enabled              bool     `json:"http3_enabled"`
 	ProxyRequestBuffering     bool     `json:"proxy_request_buffering"`
@@ -90,8 +90,8 @@ type restyConfig struct {
 	ProxyBufferSize           string   `json:"proxy_buffer_size"`
 	ProxyBusyBuffersSize      string   `json:"proxy_busy_buffers_size"`
 	GzipEnabled               bool     `json:"gzip_enabled"`
-	GzipMinLength             int      `json:"gzip_min_length"`
-	GzipCompLevel             int      `json:"gzip_comp_level"`
+	GzipMinLength             int64    `json:"gzip_min_length"`
+	GzipCompLevel             int64    `json:"gzip_comp_level"`
 	Resolvers                 string   `json:"resolvers"`
 	CacheEnabled              bool     `json:"cache_enabled"`
 	CachePath                 string   `json:"cache_path"`
@@ -103,8 +103,8 @@ type restyConfig struct {
 	CacheLockTimeout          string   `json:"cache_lock_timeout"`
 	CacheUseStale             string   `json:"cache_use_stale"`
 	MainConfigTemplate        string   `json:"main_config_template"`
-	DefaultLimitConnPerServer int      `json:"default_limit_conn_per_server"`
-	DefaultLimitConnPerIP     int      `json:"default_limit_conn_per_ip"`
+	DefaultLimitConnPerServer int64    `json:"default_limit_conn_per_server"`
+	DefaultLimitConnPerIP     int64    `json:"default_limit_conn_per_ip"`
 	DefaultLimitRate          string   `json:"default_limit_rate"`
 	DefaultLimitReqPerIP      string   `json:"default_limit_req_per_ip"`
 	OriginErrorPageEnabled    bool     `json:"origin_error_page_enabled"`

@@ -112,7 +112,7 @@ func validateConfig(c *restyConfig) error {
 	}
 	for _, t := range []struct {
 		token, key string
-		v, min     int
+		v, min     int64
 	}{
 		{"KeepaliveTimeout", "keepalive_timeout", c.KeepaliveTimeout, 0}, // 0 turns keep-alive off
 		{"ClientHeaderTimeout", "client_header_timeout", c.ClientHeaderTimeout, 1},

@@ -130,7 +130,7 @@ func setsBucketSize(c *restyConfig) bool {
 func validateLimits(r *route, c *restyConfig, f routeFailure) error {
 	for _, l := range []struct {
 		field, defKey string
-		own, def      int
+		own, def      int64
 	}{
 		{"limit_conn_per_server", "default_limit_conn_per_server", r.LimitConnPerServer, c.DefaultLimitConnPerServer},
 		{"limit_conn_per_ip", "default_limit_conn_per_ip", r.LimitConnPerIP, c.DefaultLimitConnPerIP},

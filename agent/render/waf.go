@@ -18,16 +18,16 @@ type wafDocument struct {
 // wafRuleGroup keeps the legacy flattened keys (DATAPLANE 2.9) between
 // is_global and graph; only block_status_code is emitted when zero.
 type wafRuleGroup struct {
-	ID                  uint            `json:"id"`
+	ID                  uint64          `json:"id"`
 	Name                string          `json:"name"`
 	Enabled             bool            `json:"enabled"`
 	IsGlobal            bool            `json:"is_global"`
-	BlockStatusCode     int             `json:"block_status_code"`
+	BlockStatusCode     int64           `json:"block_status_code"`
 	BlockResponseBody   string          `json:"block_response_body,omitempty"`
 	IPWhitelist         []string        `json:"ip_whitelist,omitempty"`
 	IPBlacklist         []string        `json:"ip_blacklist,omitempty"`
-	IPWhitelistGroupIDs []uint          `json:"ip_whitelist_group_ids,omitempty"`
-	IPBlacklistGroupIDs []uint          `json:"ip_blacklist_group_ids,omitempty"`
+	IPWhitelistGroupIDs []uint64        `json:"ip_whitelist_group_ids,omitempty"`
+	IPBlacklistGroupIDs []uint64        `json:"ip_blacklist_group_ids,omitempty"`
 	CountryWhitelist    []string        `json:"country_whitelist,omitempty"`
 	CountryBlacklist    []string        `json:"country_blacklist,omitempty"`
 	RegionWhitelist     []string        `json:"region_whitelist,omitempty"`
@@ -51,7 +51,7 @@ type wafNode struct {
 }
 
 type wafIPGroup struct {
-	ID      uint     `json:"id"`
+	ID      uint64   `json:"id"`
 	Name    string   `json:"name"`
 	Type    string   `json:"type"`
 	Enabled bool     `json:"enabled"`
@@ -59,9 +59,9 @@ type wafIPGroup struct {
 }
 
 type wafBinding struct {
-	RouteID      uint   `json:"route_id"`
-	SiteName     string `json:"site_name"`
-	RuleGroupIDs []uint `json:"rule_group_ids"`
+	RouteID      uint64   `json:"route_id"`
+	SiteName     string   `json:"site_name"`
+	RuleGroupIDs []uint64 `json:"rule_group_ids"`
 }
 
 // powRoutes answers "PoW on?" (PROTOCOL 5.2) for every route at once: a
@@ -69,11 +69,11 @@ type wafBinding struct {
 // route needs a binding (by route id) to such a group.
 type powRoutes struct {
 	all    bool
-	routes map[uint]bool
+	routes map[uint64]bool
 }
 
 func newPowRoutes(doc *wafDocument) powRoutes {
-	withPow := make(map[uint]bool)
+	withPow := make(map[uint64]bool)
 	var p powRoutes
 	for i := range doc.RuleGroups {
 		g := &doc.RuleGroups[i]
@@ -88,7 +88,7 @@ func newPowRoutes(doc *wafDocument) powRoutes {
 	if p.all || len(withPow) == 0 {
 		return p
 	}
-	p.routes = make(map[uint]bool)
+	p.routes = make(map[uint64]bool)
 	for _, b := range doc.Bindings {
 		for _, id := range b.RuleGroupIDs {
 			if withPow[id] {
@@ -100,7 +100,7 @@ func newPowRoutes(doc *wafDocument) powRoutes {
 	return p
 }
 
-func (p powRoutes) on(routeID uint) bool { return p.all || p.routes[routeID] }
+func (p powRoutes) on(routeID uint64) bool { return p.all || p.routes[routeID] }
 
 func (g *wafGraph) hasNodeType(t string) bool {
 	for _, n := range g.Nodes {
@@ -115,12 +115,12 @@ func (g *wafGraph) hasNodeType(t string) bool {
 // ip_match nodes' config.ip_group_ids plus the legacy rule-group keys
 // ip_whitelist_group_ids / ip_blacklist_group_ids (PROTOCOL 4.2, 7.2).
 // The result is deduplicated and sorted ascending.
-func IPGroupIDs(wafConfigJSON []byte) ([]uint, error) {
+func IPGroupIDs(wafConfigJSON []byte) ([]uint64, error) {
 	var doc wafDocument
 	if err := json.Unmarshal(wafConfigJSON, &doc); err != nil {
 		return nil, fmt.Errorf("decode waf config: %w", err)
 	}
-	seen := make(map[uint]bool)
+	seen := make(map[uint64]bool)
 	for _, g := range doc.RuleGroups {
 		for _, id := range g.IPWhitelistGroupIDs {
 			seen[id] = true
@@ -140,7 +140,7 @@ func IPGroupIDs(wafConfigJSON []byte) ([]uint, error) {
 				continue
 			}
 			var cfg struct {
-				IPGroupIDs []uint `json:"ip_group_ids"`
+				IPGroupIDs []uint64 `json:"ip_group_ids"`
 			}
 			if err := json.Unmarshal(n.Config, &cfg); err != nil {
 				return nil, fmt.Errorf("rule group %d node %q: decode ip_match config: %w", g.ID, nodeID, err)
@@ -153,8 +153,8 @@ func IPGroupIDs(wafConfigJSON []byte) ([]uint, error) {
 	return sortedIDs(seen), nil
 }
 
-func sortedIDs(set map[uint]bool) []uint {
-	ids := make([]uint, 0, len(set))
+func sortedIDs(set map[uint64]bool) []uint64 {
+	ids := make([]uint64, 0, len(set))
 	for id := range set {
 		ids = append(ids, id)
 	}

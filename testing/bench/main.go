@@ -304,7 +304,7 @@ func source(origin string, gen int) controlplane.Source {
 	var s controlplane.Source
 	for i := 0; i < *routes; i++ {
 		s.Routes = append(s.Routes, controlplane.Route{
-			ID: uint(i + 1), SiteName: fmt.Sprintf("site%d", i), Domains: []string{fmt.Sprintf("r%d.bench", i)},
+			ID: uint64(i + 1), SiteName: fmt.Sprintf("site%d", i), Domains: []string{fmt.Sprintf("r%d.bench", i)},
 			OriginURL: origin + "/gen" + strconv.Itoa(gen),
 		})
 	}

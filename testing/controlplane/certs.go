@@ -19,7 +19,7 @@ import (
 // or IPs; CN = the first host, serial number id+1), valid from an hour ago for a
 // year, and its PKCS#8 key, both PEM with one trailing newline like the
 // server ships them. It panics only if the system's randomness fails.
-func SelfSignedCert(id uint, hosts ...string) (certPEM, keyPEM string) {
+func SelfSignedCert(id uint64, hosts ...string) (certPEM, keyPEM string) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		panic(fmt.Sprintf("controlplane: generate key: %v", err))
@@ -57,7 +57,7 @@ func SelfSignedCert(id uint, hosts ...string) (certPEM, keyPEM string) {
 
 // CertFiles names a certificate's support files as the server does:
 // "<id>.crt" and "<id>.key", PEM trimmed plus one trailing newline.
-func CertFiles(id uint, certPEM, keyPEM string) []protocol.SupportFile {
+func CertFiles(id uint64, certPEM, keyPEM string) []protocol.SupportFile {
 	return []protocol.SupportFile{
 		{Path: fmt.Sprintf("%d.crt", id), Content: strings.TrimSpace(certPEM) + "\n"},
 		{Path: fmt.Sprintf("%d.key", id), Content: strings.TrimSpace(keyPEM) + "\n"},

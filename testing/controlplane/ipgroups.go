@@ -94,7 +94,7 @@ func (s *Server) SetIPGroup(g protocol.WAFIPGroup) protocol.WAFIPGroup {
 // SetIPGroupChecksumOverride makes the server ship checksum for group id
 // instead of the true one (a fault); "" restores the true checksum. The
 // server keeps comparing the agent's reports with the true checksum.
-func (s *Server) SetIPGroupChecksumOverride(id uint, checksum string) {
+func (s *Server) SetIPGroupChecksumOverride(id uint64, checksum string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if checksum == "" {
@@ -118,7 +118,7 @@ func (s *Server) IPGroups() []protocol.WAFIPGroup {
 
 // shippedGroupLocked returns group id as the server sends it (checksum
 // override applied), and its true checksum.
-func (s *Server) shippedGroupLocked(id uint) (protocol.WAFIPGroup, string) {
+func (s *Server) shippedGroupLocked(id uint64) (protocol.WAFIPGroup, string) {
 	g := s.groups[id].shipped
 	real := g.Checksum
 	if c, ok := s.checksumOverrides[id]; ok {
@@ -136,7 +136,7 @@ type groupEntry struct {
 // groupSetLocked returns the existing groups among ids (unknown ids are
 // skipped), rejecting the set when its snapshot {"groups":{"<id>":group}}
 // would exceed 20 MiB.
-func (s *Server) groupSetLocked(ids []uint) ([]groupEntry, *apiError) {
+func (s *Server) groupSetLocked(ids []uint64) ([]groupEntry, *apiError) {
 	var set []groupEntry
 	size := len(`{"groups":{}}`)
 	for _, id := range ids {
@@ -155,7 +155,7 @@ func (s *Server) groupSetLocked(ids []uint) ([]groupEntry, *apiError) {
 }
 
 // activeGroupIDsLocked are the group ids the active version references.
-func (s *Server) activeGroupIDsLocked() ([]uint, *apiError) {
+func (s *Server) activeGroupIDsLocked() ([]uint64, *apiError) {
 	if s.active == nil {
 		return nil, nil
 	}
@@ -233,7 +233,7 @@ func (s *Server) syncGroups(req protocol.IPGroupSyncRequest) ([]protocol.WAFIPGr
 // ip_match node's config.ip_group_ids plus the legacy
 // ip_whitelist_group_ids / ip_blacklist_group_ids of each rule group. A
 // legacy bare route array references none.
-func referencedGroupIDs(sourceJSON string) ([]uint, error) {
+func referencedGroupIDs(sourceJSON string) ([]uint64, error) {
 	if strings.HasPrefix(strings.TrimSpace(sourceJSON), "[") {
 		return nil, nil
 	}
@@ -246,15 +246,15 @@ func referencedGroupIDs(sourceJSON string) ([]uint, error) {
 						Config json.RawMessage `json:"config"`
 					} `json:"nodes"`
 				} `json:"graph"`
-				Whitelist []uint `json:"ip_whitelist_group_ids"`
-				Blacklist []uint `json:"ip_blacklist_group_ids"`
+				Whitelist []uint64 `json:"ip_whitelist_group_ids"`
+				Blacklist []uint64 `json:"ip_blacklist_group_ids"`
 			} `json:"rule_groups"`
 		} `json:"waf"`
 	}
 	if err := json.Unmarshal([]byte(sourceJSON), &doc); err != nil {
 		return nil, fmt.Errorf("controlplane: parse source waf: %w", err)
 	}
-	var ids []uint
+	var ids []uint64
 	for _, rg := range doc.WAF.RuleGroups {
 		ids = append(ids, rg.Whitelist...)
 		ids = append(ids, rg.Blacklist...)
@@ -263,7 +263,7 @@ func referencedGroupIDs(sourceJSON string) ([]uint, error) {
 				continue
 			}
 			var cfg struct {
-				IPGroupIDs []uint `json:"ip_group_ids"`
+				IPGroupIDs []uint64 `json:"ip_group_ids"`
 			}
 			if err := json.Unmarshal(n.Config, &cfg); err != nil {
 				return nil, fmt.Errorf("controlplane: parse ip_match node %q: %w", name, err)
@@ -274,14 +274,14 @@ func referencedGroupIDs(sourceJSON string) ([]uint, error) {
 	return uniqueSorted(ids), nil
 }
 
-func uniqueSorted(ids []uint) []uint {
+func uniqueSorted(ids []uint64) []uint64 {
 	out := slices.Clone(ids)
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-func sortedKeys[V any](m map[uint]V) []uint {
-	keys := make([]uint, 0, len(m))
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	keys := make([]uint64, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -34,11 +34,11 @@ func ipGroupSource() string {
 	}.JSON(), `"is_global":false,`, `"is_global":false,"ip_blacklist_group_ids":[5],`, 1)
 }
 
-func setupIPGroups(t *testing.T) (*Server, string, map[uint]protocol.WAFIPGroup) {
+func setupIPGroups(t *testing.T) (*Server, string, map[uint64]protocol.WAFIPGroup) {
 	t.Helper()
 	s := startServer(t)
 	_, tok := s.AddNode("n")
-	groups := map[uint]protocol.WAFIPGroup{}
+	groups := map[uint64]protocol.WAFIPGroup{}
 	for _, g := range []protocol.WAFIPGroup{
 		{ID: 3, Name: "blocklist", Enabled: true, IPList: []string{"203.0.113.0/24", "198.51.100.7"}},
 		{ID: 4, Name: "off", Enabled: false, IPList: []string{"192.0.2.1"}},
@@ -63,15 +63,15 @@ func TestSetIPGroupShipsDisabledAsEmpty(t *testing.T) {
 
 func TestHeartbeatShipsOnlyChangedReferencedGroups(t *testing.T) {
 	s, tok, groups := setupIPGroups(t)
-	ids := func(gs []protocol.WAFIPGroup) []uint {
-		var out []uint
+	ids := func(gs []protocol.WAFIPGroup) []uint64 {
+		var out []uint64
 		for _, g := range gs {
 			out = append(out, g.ID)
 		}
 		return out
 	}
 	hb, _ := heartbeat(t, s, tok, payload("v1"))
-	if got := ids(hb.WAFIPGroups); !reflect.DeepEqual(got, []uint{3, 4}) {
+	if got := ids(hb.WAFIPGroups); !reflect.DeepEqual(got, []uint64{3, 4}) {
 		t.Fatalf("no local checksums: groups %v, want [3 4]", got)
 	}
 	if !reflect.DeepEqual(hb.WAFIPGroups[0], groups[3]) {
@@ -80,7 +80,7 @@ func TestHeartbeatShipsOnlyChangedReferencedGroups(t *testing.T) {
 	p := payload("v1")
 	p.WAFIPGroupChecksums = map[string]string{"3": groups[3].Checksum, "4": "stale", "9": "stale"}
 	hb, _ = heartbeat(t, s, tok, p)
-	if got := ids(hb.WAFIPGroups); !reflect.DeepEqual(got, []uint{4}) {
+	if got := ids(hb.WAFIPGroups); !reflect.DeepEqual(got, []uint64{4}) {
 		t.Fatalf("group 3 up to date: groups %v, want [4]", got)
 	}
 	p.WAFIPGroupChecksums["4"] = groups[4].Checksum
@@ -101,11 +101,11 @@ func TestIPGroupSync(t *testing.T) {
 	if got := sync(protocol.IPGroupSyncRequest{}); len(got) != 2 || got[0].ID != 3 || got[1].ID != 4 {
 		t.Fatalf("empty ids: %+v, want the referenced groups 3 and 4", got)
 	}
-	got := sync(protocol.IPGroupSyncRequest{IDs: []uint{9, 3, 77, 9}, Checksums: map[string]string{"3": groups[3].Checksum}})
+	got := sync(protocol.IPGroupSyncRequest{IDs: []uint64{9, 3, 77, 9}, Checksums: map[string]string{"3": groups[3].Checksum}})
 	if len(got) != 1 || !reflect.DeepEqual(got[0], groups[9]) {
 		t.Fatalf("ids [9 3 77]: %+v, want only group 9", got)
 	}
-	r := call(t, s, http.MethodPost, protocol.PathIPGroupSync, tok, protocol.IPGroupSyncRequest{IDs: []uint{3}, Checksums: map[string]string{"3": groups[3].Checksum}})
+	r := call(t, s, http.MethodPost, protocol.PathIPGroupSync, tok, protocol.IPGroupSyncRequest{IDs: []uint64{3}, Checksums: map[string]string{"3": groups[3].Checksum}})
 	if !strings.Contains(string(r.env.Data), `"groups":[]`) {
 		t.Fatalf("nothing changed: %s, want groups []", r.env.Data)
 	}
@@ -155,7 +155,7 @@ func TestIPGroupSnapshotLimit(t *testing.T) {
 	if n := s.Nodes()[0]; n.Heartbeats != 1 || n.Version != "v1" {
 		t.Fatalf("node %+v: runtime fields should be saved before the group step fails", n)
 	}
-	wantError(t, call(t, s, http.MethodPost, protocol.PathIPGroupSync, tok, protocol.IPGroupSyncRequest{IDs: []uint{9}}), http.StatusBadRequest, msgIPGroupTooLarge)
+	wantError(t, call(t, s, http.MethodPost, protocol.PathIPGroupSync, tok, protocol.IPGroupSyncRequest{IDs: []uint64{9}}), http.StatusBadRequest, msgIPGroupTooLarge)
 }
 
 func TestUnparsableActiveSourceFailsHeartbeats(t *testing.T) {
@@ -169,12 +169,12 @@ func TestUnparsableActiveSourceFailsHeartbeats(t *testing.T) {
 func TestReferencedGroupIDs(t *testing.T) {
 	for _, tc := range []struct {
 		src  string
-		want []uint
+		want []uint64
 		err  bool
 	}{
 		{`[{"id":1}]`, nil, false},
 		{`{"routes":[]}`, nil, false},
-		{`{"waf":{"rule_groups":[{"ip_whitelist_group_ids":[7,2],"ip_blacklist_group_ids":[2],"graph":{"nodes":{"a":{"type":"ip_match","config":null},"b":{"type":"ip_match","config":{"ips":["1.2.3.4"],"ip_group_ids":[9,7]}},"c":{"type":"geo_match","config":{"ip_group_ids":"not read"}}}}}]}}`, []uint{2, 7, 9}, false},
+		{`{"waf":{"rule_groups":[{"ip_whitelist_group_ids":[7,2],"ip_blacklist_group_ids":[2],"graph":{"nodes":{"a":{"type":"ip_match","config":null},"b":{"type":"ip_match","config":{"ips":["1.2.3.4"],"ip_group_ids":[9,7]}},"c":{"type":"geo_match","config":{"ip_group_ids":"not read"}}}}}]}}`, []uint64{2, 7, 9}, false},
 		{`{"waf":`, nil, true},
 	} {
 		got, err := referencedGroupIDs(tc.src)

@@ -18,7 +18,7 @@ const maxTextRunes = 16000
 
 // Node is a snapshot of one node record.
 type Node struct {
-	ID               uint                 `json:"id"`      // database id
+	ID               uint64               `json:"id"`      // database id
 	NodeID           string               `json:"node_id"` // "node-" + 32 hex
 	Name             string               `json:"name"`
 	Token            string               `json:"token"`
@@ -258,7 +258,7 @@ func (s *Server) refreshLocked(n *node, p protocol.NodePayload, ip string, now t
 
 // nodeRecord is the "node" object of the heartbeat reply (agents ignore it).
 type nodeRecord struct {
-	ID               uint   `json:"id"`
+	ID               uint64 `json:"id"`
 	NodeID           string `json:"node_id"`
 	Name             string `json:"name"`
 	IP               string `json:"ip"`

@@ -74,7 +74,7 @@ type Server struct {
 	nodes      []*node
 	byToken    map[string]*node
 	byNodeID   map[string]*node
-	nextNodeID uint
+	nextNodeID uint64
 	beats      []Beat
 	global     protocol.AgentSettings
 
@@ -86,8 +86,8 @@ type Server struct {
 	logs      []protocol.ApplyLogRecord
 	nextLogID int64
 
-	groups            map[uint]*ipGroup
-	checksumOverrides map[uint]string
+	groups            map[uint64]*ipGroup
+	checksumOverrides map[uint64]string
 
 	faults   []*Fault
 	requests map[string]int
@@ -125,8 +125,8 @@ func New() *Server {
 		},
 		byVersion:         map[string]*version{},
 		dayCounter:        map[string]int{},
-		groups:            map[uint]*ipGroup{},
-		checksumOverrides: map[uint]string{},
+		groups:            map[uint64]*ipGroup{},
+		checksumOverrides: map[uint64]string{},
 		requests:          map[string]int{},
 		ws:                map[string]*wsConn{},
 	}

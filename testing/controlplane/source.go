@@ -40,14 +40,14 @@ type Source struct {
 // fills: upstreams [origin_url], domain_cert_ids of zeros, upstream_type
 // "direct".
 type Route struct {
-	ID                 uint
+	ID                 uint64
 	SiteName           string
 	Domains            []string
 	OriginURL          string
 	OriginHost         string
 	Upstreams          []string
 	EnableHTTPS        bool
-	DomainCertIDs      []uint // parallel to Domains; 0 = no certificate
+	DomainCertIDs      []uint64 // parallel to Domains; 0 = no certificate
 	RedirectHTTP       bool
 	LimitConnPerServer int    // -1 disables, 0 uses the default
 	LimitConnPerIP     int    // -1 disables, 0 uses the default
@@ -82,7 +82,7 @@ type WAF struct {
 
 // RuleGroup is one WAF rule group.
 type RuleGroup struct {
-	ID       uint   `json:"id"`
+	ID       uint64 `json:"id"`
 	Name     string `json:"name"`
 	Enabled  bool   `json:"enabled"`
 	IsGlobal bool   `json:"is_global"`
@@ -119,7 +119,7 @@ func (n GraphNode) MarshalJSON() ([]byte, error) {
 
 // SnapshotIPGroup is the publish-time copy of an IP group inside waf.
 type SnapshotIPGroup struct {
-	ID      uint     `json:"id"`
+	ID      uint64   `json:"id"`
 	Name    string   `json:"name"`
 	Type    string   `json:"type"`
 	Enabled bool     `json:"enabled"`
@@ -128,9 +128,9 @@ type SnapshotIPGroup struct {
 
 // Binding binds rule groups to a route's site; RuleGroupIDs is never null.
 type Binding struct {
-	RouteID      uint   `json:"route_id"`
-	SiteName     string `json:"site_name"`
-	RuleGroupIDs []uint `json:"rule_group_ids"`
+	RouteID      uint64   `json:"route_id"`
+	SiteName     string   `json:"site_name"`
+	RuleGroupIDs []uint64 `json:"rule_group_ids"`
 }
 
 // DefaultRuleGroup is the server's fresh-install global rule group:
@@ -147,12 +147,12 @@ func DefaultRuleGroup() RuleGroup {
 
 // IPMatchRuleGroup is a non-global rule group that blocks (403) clients in
 // the given IP groups: start → ip_match{ip_group_ids} → block | allow.
-func IPMatchRuleGroup(id uint, name string, ipGroupIDs ...uint) RuleGroup {
+func IPMatchRuleGroup(id uint64, name string, ipGroupIDs ...uint64) RuleGroup {
 	ids := ipGroupIDs
 	if ids == nil {
-		ids = []uint{}
+		ids = []uint64{}
 	}
-	cfg, _ := json.Marshal(map[string][]uint{"ip_group_ids": ids}) // a map of uint slices always encodes
+	cfg, _ := json.Marshal(map[string][]uint64{"ip_group_ids": ids}) // a map of uint64 slices always encodes
 	return RuleGroup{
 		ID: id, Name: name, Enabled: true,
 		Graph: Graph{Entry: "start", Nodes: map[string]GraphNode{
@@ -192,7 +192,7 @@ func (r Route) withServerDefaults() Route {
 		r.Upstreams = []string{r.OriginURL}
 	}
 	if r.DomainCertIDs == nil && len(r.Domains) > 0 {
-		r.DomainCertIDs = make([]uint, len(r.Domains))
+		r.DomainCertIDs = make([]uint64, len(r.Domains))
 	}
 	if r.UpstreamType == "" {
 		r.UpstreamType = "direct"
@@ -330,7 +330,7 @@ func (w *WAF) document(routes []Route) object {
 	bindings := make([]Binding, len(doc.Bindings))
 	for i, b := range doc.Bindings {
 		if b.RuleGroupIDs == nil {
-			b.RuleGroupIDs = []uint{}
+			b.RuleGroupIDs = []uint64{}
 		}
 		bindings[i] = b
 	}
@@ -342,7 +342,7 @@ func (w *WAF) document(routes []Route) object {
 }
 
 func defaultBindings(routes []Route, groups []RuleGroup) []Binding {
-	ids := []uint{}
+	ids := []uint64{}
 	for _, g := range groups {
 		if g.Enabled && !g.IsGlobal {
 			ids = append(ids, g.ID)

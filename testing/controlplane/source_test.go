@@ -87,7 +87,7 @@ func TestSourceMatchesFixtureWAF(t *testing.T) {
 	}
 	got := Source{
 		Routes: []Route{
-			{ID: 1, SiteName: "guarded", Domains: []string{"guarded.example.com"}, OriginURL: "http://10.0.15.1:8080", EnableHTTPS: true, DomainCertIDs: []uint{1}},
+			{ID: 1, SiteName: "guarded", Domains: []string{"guarded.example.com"}, OriginURL: "http://10.0.15.1:8080", EnableHTTPS: true, DomainCertIDs: []uint64{1}},
 			{ID: 2, SiteName: "open", Domains: []string{"open.example.com"}, OriginURL: "http://10.0.15.2:8080"},
 		},
 		OpenResty: map[string]any{

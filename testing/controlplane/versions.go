@@ -27,7 +27,7 @@ type version struct {
 	created time.Time
 	// groupIDs are the WAF IP groups the source references; groupErr is
 	// set when the source's WAF part cannot be parsed.
-	groupIDs []uint
+	groupIDs []uint64
 	groupErr error
 }
 

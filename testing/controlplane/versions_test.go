@@ -143,7 +143,7 @@ func TestPublishHTTPSSource(t *testing.T) {
 	_, tok := s.AddNode("n")
 	cert, key := SelfSignedCert(1, "secure.example.com")
 	src := Source{Routes: []Route{{ID: 1, SiteName: "secure", Domains: []string{"secure.example.com"},
-		OriginURL: "http://127.0.0.1:8080", EnableHTTPS: true, DomainCertIDs: []uint{1}, RedirectHTTP: true}}}
+		OriginURL: "http://127.0.0.1:8080", EnableHTTPS: true, DomainCertIDs: []uint64{1}, RedirectHTTP: true}}}
 	ref, err := s.Publish(src.JSON(), CertFiles(1, cert, key))
 	if err != nil {
 		t.Fatal(err)

@@ -269,7 +269,7 @@ func renderActive(t *testing.T, tg target, bin string, cp *controlplane.Server, 
 	cert, key := controlplane.SelfSignedCert(1, "secure.example.com", "www.secure.example.com")
 	src := controlplane.Source{Routes: []controlplane.Route{
 		{ID: 1, SiteName: "secure", Domains: []string{"secure.example.com", "www.secure.example.com"},
-			OriginURL: "http://127.0.0.1:8080", EnableHTTPS: true, DomainCertIDs: []uint{1, 1}, RedirectHTTP: true,
+			OriginURL: "http://127.0.0.1:8080", EnableHTTPS: true, DomainCertIDs: []uint64{1, 1}, RedirectHTTP: true,
 			LimitReqPerIP: "20r/s", LimitRate: "512k",
 			CustomHeaders: []controlplane.Header{{Key: "X-Edge", Value: "cross"}}},
 		{ID: 2, SiteName: "plain", Domains: []string{"plain.example.com"}, OriginURL: "http://127.0.0.1:8081",

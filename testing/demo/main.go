@@ -121,7 +121,7 @@ func run(ctx context.Context, bin, dir string) error {
 		Routes: []controlplane.Route{
 			{ID: 1, SiteName: "demo", Domains: []string{"demo.localhost"}, OriginURL: "http://127.0.0.1:8081"},
 			{ID: 2, SiteName: "secure", Domains: []string{"secure.demo.localhost"}, OriginURL: "http://127.0.0.1:8081",
-				EnableHTTPS: true, DomainCertIDs: []uint{1}, RedirectHTTP: true},
+				EnableHTTPS: true, DomainCertIDs: []uint64{1}, RedirectHTTP: true},
 		},
 		WAF: &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{
 			controlplane.DefaultRuleGroup(),

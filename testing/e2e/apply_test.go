@@ -222,7 +222,7 @@ func TestHTTPSRoute(t *testing.T) {
 	cp := controlPlane(t)
 	certPEM, keyPEM := controlplane.SelfSignedCert(5, "secure.test")
 	r := proxyRoute(1, "secure.test", origin(t, "tls"))
-	r.EnableHTTPS, r.DomainCertIDs, r.RedirectHTTP = true, []uint{5}, true
+	r.EnableHTTPS, r.DomainCertIDs, r.RedirectHTTP = true, []uint64{5}, true
 	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{r}}, controlplane.CertFiles(5, certPEM, keyPEM)...)
 	n := newNode(t, cp, nil)
 	n.start()

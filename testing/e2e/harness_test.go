@@ -414,7 +414,7 @@ func waitServes(t *testing.T, host, path, want string) {
 }
 
 // proxyRoute is a plain HTTP proxy route.
-func proxyRoute(id uint, domain, originURL string) controlplane.Route {
+func proxyRoute(id uint64, domain, originURL string) controlplane.Route {
 	return controlplane.Route{ID: id, SiteName: fmt.Sprintf("site%d", id), Domains: []string{domain}, OriginURL: originURL}
 }
 
@@ -461,7 +461,7 @@ func workerPIDs(master int) []int {
 }
 
 // ipChecksum is the checksum of group id in the node's IP-group snapshot.
-func (n *node) ipChecksum(id uint) string {
+func (n *node) ipChecksum(id uint64) string {
 	var snap struct {
 		Groups map[string]protocol.WAFIPGroup `json:"groups"`
 	}

@@ -266,9 +266,9 @@ var routeFields = []routeField{
 		// and www.secure.example.com, 2 covers *.example.net.
 		r.EnableHTTPS, r.RedirectHTTP = true, g.chance(50)
 		r.Domains = []string{"secure.example.com", "app.example.net", "plain.example.org", "www.secure.example.com"}
-		r.DomainCertIDs = choose(g, values[[]uint]{
-			valid:   [][]uint{{1, 2, 0, 1}, {1, 2, 0, 0}, {2, 2, 0, 1}},
-			invalid: [][]uint{{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 1, 0, 0}},
+		r.DomainCertIDs = choose(g, values[[]uint64]{
+			valid:   [][]uint64{{1, 2, 0, 1}, {1, 2, 0, 0}, {2, 2, 0, 1}},
+			invalid: [][]uint64{{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 1, 0, 0}},
 		})
 	},
 	func(g *generator, r *controlplane.Route, d map[string]any) {
@@ -311,7 +311,7 @@ func (g *generator) source() string {
 	deployments := map[int]map[string]any{}
 	for i := range 1 + g.c.intn(3) {
 		r := controlplane.Route{
-			ID: uint(i + 1), SiteName: fmt.Sprintf("site-%d", i+1),
+			ID: uint64(i + 1), SiteName: fmt.Sprintf("site-%d", i+1),
 			Domains: []string{fmt.Sprintf("r%d.example.com", i+1)}, OriginURL: "http://127.0.0.1:8081",
 		}
 		d := map[string]any{"project_id": 1, "deployment_id": 1}

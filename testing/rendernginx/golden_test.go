@@ -21,7 +21,7 @@ const goldenDir = "testdata/golden"
 
 // goldenCertHosts are the test certificates: 1 covers the "secure" site,
 // 2 is a wildcard for another domain.
-var goldenCertHosts = map[uint][]string{
+var goldenCertHosts = map[uint64][]string{
 	1: {"secure.example.com", "www.secure.example.com"},
 	2: {"*.example.net"},
 }
@@ -33,7 +33,7 @@ func goldenCerts(t testing.TB) []protocol.SupportFile {
 	t.Helper()
 	dir := filepath.Join(goldenDir, "certs")
 	var files []protocol.SupportFile
-	for _, id := range []uint{1, 2} {
+	for _, id := range []uint64{1, 2} {
 		crt, key := filepath.Join(dir, fmt.Sprintf("%d.crt", id)), filepath.Join(dir, fmt.Sprintf("%d.key", id))
 		if _, err := os.Stat(crt); errors.Is(err, os.ErrNotExist) && *update {
 			certPEM, keyPEM := controlplane.SelfSignedCert(id, goldenCertHosts[id]...)
@@ -74,10 +74,10 @@ type goldenCase struct {
 }
 
 func goldenCases() []goldenCase {
-	route := func(id uint, site, domain, origin string) controlplane.Route {
+	route := func(id uint64, site, domain, origin string) controlplane.Route {
 		return controlplane.Route{ID: id, SiteName: site, Domains: []string{domain}, OriginURL: origin}
 	}
-	cacheRoute := func(id uint, policy string, rules ...string) controlplane.Route {
+	cacheRoute := func(id uint64, policy string, rules ...string) controlplane.Route {
 		r := route(id, "cache-"+policy, policy+".cache.example.com", origin1)
 		r.CacheEnabled, r.CachePolicy, r.CacheRules = true, policy, rules
 		return r
@@ -93,7 +93,7 @@ func goldenCases() []goldenCase {
 			r := controlplane.Route{
 				ID: 1, SiteName: "mixed", OriginURL: origin1, EnableHTTPS: true, RedirectHTTP: true,
 				Domains:       []string{"secure.example.com", "plain.example.org", "app.example.net", "www.secure.example.com"},
-				DomainCertIDs: []uint{1, 0, 2, 1},
+				DomainCertIDs: []uint64{1, 0, 2, 1},
 			}
 			return controlplane.Source{Routes: []controlplane.Route{r}}.JSON()
 		}},
@@ -159,7 +159,7 @@ func goldenCases() []goldenCase {
 // withPages adds pages_project_id and pages_deployment to route i of a
 // source: controlplane.Route has no Pages fields, and the server publishes
 // a deployment as an object inside the route (PROTOCOL 4.2).
-func withPages(source string, i int, projectID uint, deployment map[string]any) string {
+func withPages(source string, i int, projectID uint64, deployment map[string]any) string {
 	var doc struct {
 		Routes    []json.RawMessage `json:"routes"`
 		OpenResty json.RawMessage   `json:"openresty_config"`

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	case "ip-group":
 		var g protocol.WAFIPGroup
-		fl.UintVar(&g.ID, "id", 0, "group id (required)")
+		fl.Uint64Var(&g.ID, "id", 0, "group id (required)")
 		fl.StringVar(&g.Name, "name", "", "group name")
 		fl.StringVar(&g.Type, "type", "manual", "manual, automatic or subscription")
 		ips := fl.String("ips", "", "comma-separated IPs and CIDRs")
