@@ -29,7 +29,7 @@ build() {
 	esac
 	rm -f "$dist/$out" "$dist/$out.sha256"
 	env CGO_ENABLED=0 GOOS=linux GOARCH="$2" GOARM="$goarm" GOMIPS="$gomips" \
-		go build -trimpath -ldflags="$LDFLAGS" -o "$dist/$out" . &&
+		go build -tags "${TAGS:-nethttpomithttp2}" -trimpath -ldflags="$LDFLAGS" -o "$dist/$out" . &&
 		(cd "$dist" && sha256sum "$out" >"$out.sha256") &&
 		echo "built $dist/$out"
 }

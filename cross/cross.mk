@@ -16,7 +16,7 @@ CROSS_ARM_SKIP := ^(TestTornWriteSafety|TestCrashSafety)$$
 .PHONY: cross size cross-test cross-test-binaries cross-test-arm-units
 
 cross:
-	LDFLAGS='$(LDFLAGS)' sh cross/build.sh $(CROSS_DIST)
+	LDFLAGS='$(LDFLAGS)' TAGS='$(RELEASE_TAGS)' sh cross/build.sh $(CROSS_DIST)
 
 size: cross
 	@sh cross/size.sh $(CROSS_DIST)

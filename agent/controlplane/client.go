@@ -48,7 +48,6 @@ func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
 		ResponseHeaderTimeout: timeout,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConns:          2,
-		ForceAttemptHTTP2:     true,
 	}
 	return &Client{
 		base:    strings.TrimRight(baseURL, "/"),

@@ -7,7 +7,6 @@ package landing
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -101,11 +100,6 @@ func (p Paths) replacer() *strings.Replacer {
 	)
 }
 
-var (
-	httpOpenRe   = regexp.MustCompile(`(?m)^[ \t]*http[ \t]*\{[^\n]*\n`)
-	initWorkerRe = regexp.MustCompile(`(?m)^([ \t]*)init_worker_by_lua_file[ \t]+([^;\n]+);[^\n]*$`)
-)
-
 // MainText turns a rendered main config into the one this node runs.
 func (p Paths) MainText(text string) string {
 	text = p.replacer().Replace(text)
@@ -129,18 +123,43 @@ func (p Paths) wafInit(text string) string {
 	if !strings.Contains(text, "lua_package_path") {
 		text = afterHTTPOpen(text, fmt.Sprintf("    lua_package_path \"%s/?.lua;%s/?/init.lua;;\";\n", lua, lua))
 	}
-	if initWorkerRe.MatchString(text) {
-		return initWorkerRe.ReplaceAllString(text, `${1}init_worker_by_lua_block { require("waf.runtime").init() dofile("${2}") }`)
+	lines := strings.SplitAfter(text, "\n")
+	replaced := false
+	for i, l := range lines {
+		body := strings.TrimRight(l, "\n")
+		rest := strings.TrimLeft(body, " \t")
+		arg, ok := strings.CutPrefix(rest, "init_worker_by_lua_file")
+		semi := strings.IndexByte(arg, ';')
+		if !ok || arg == "" || (arg[0] != ' ' && arg[0] != '\t') || semi < 0 || strings.TrimSpace(arg[:semi]) == "" {
+			continue
+		}
+		lead := body[:len(body)-len(rest)]
+		file := strings.TrimLeft(arg[:semi], " \t")
+		lines[i] = lead + `init_worker_by_lua_block { require("waf.runtime").init() dofile("` + file + `") }` + l[len(body):]
+		replaced = true
+	}
+	if replaced {
+		return strings.Join(lines, "")
 	}
 	return afterHTTPOpen(text, "    init_worker_by_lua_block { require(\"waf.runtime\").init() }\n")
 }
 
+// afterHTTPOpen inserts text after the first line that opens the http
+// block ("http {", any indentation).
 func afterHTTPOpen(text, insert string) string {
-	loc := httpOpenRe.FindStringIndex(text)
-	if loc == nil {
-		return text
+	for at := 0; at < len(text); {
+		end := strings.IndexByte(text[at:], '\n')
+		if end < 0 {
+			return text
+		}
+		line := strings.TrimLeft(text[at:at+end], " \t")
+		if rest, ok := strings.CutPrefix(line, "http"); ok && strings.HasPrefix(strings.TrimLeft(rest, " \t"), "{") {
+			at += end + 1
+			return text[:at] + insert + text[at:]
+		}
+		at += end + 1
 	}
-	return text[:loc[1]] + insert + text[loc[1]:]
+	return text
 }
 
 // RouteText turns a rendered route config into the one this node runs.

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -52,11 +51,39 @@ func singleUIDMap(path string) bool {
 // ErrNoLua is returned when a config needs Lua and the binary cannot load it.
 var ErrNoLua = errors.New("no Lua support")
 
-var (
-	userLineRe  = regexp.MustCompile(`(?m)^([ \t]*)user[ \t]+([^;\n]+);[^\n]*$`)
-	listenSSLRe = regexp.MustCompile(`^\s*listen\s[^;]*\bssl\b[^;]*;`)
-	quicLineRe  = regexp.MustCompile(`^\s*(listen\s[^;]*\bquic\b[^;]*;|http3\s[^;]*;|quic_[a-z_]+\s[^;]*;|add_header\s+Alt-Svc\s.*h3.*;)\s*$`)
-)
+// directive splits a config line into its directive name and the words
+// before the first ';'. ok is false for lines that are not one simple
+// directive (blocks, comments, blank lines).
+func directive(line string) (name string, args []string, ok bool) {
+	body, _, found := strings.Cut(line, ";")
+	f := strings.Fields(body)
+	if !found || len(f) == 0 || strings.ContainsAny(body, "{}#") {
+		return "", nil, false
+	}
+	return f[0], f[1:], true
+}
+
+// listensWith reports whether line is a listen directive with parameter p.
+func listensWith(line, p string) bool {
+	name, args, ok := directive(line)
+	return ok && name == "listen" && slices.Contains(args, p)
+}
+
+// isHTTP3Line reports whether line only makes sense with HTTP/3: a QUIC
+// listener, an http3 or quic_* directive, or the Alt-Svc header
+// advertising h3.
+func isHTTP3Line(line string) bool {
+	t := strings.TrimSpace(line)
+	if !strings.HasSuffix(t, ";") {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(t, "add_header"); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "\t")) {
+		rest = strings.TrimLeft(rest, " \t")
+		return strings.HasPrefix(rest, "Alt-Svc") && strings.Contains(rest, "h3")
+	}
+	name, _, ok := directive(t)
+	return ok && strings.Count(t, ";") == 1 && (listensWith(t, "quic") || name == "http3" || strings.HasPrefix(name, "quic_"))
+}
 
 // Adapter rewrites rendered text for the binary actually installed, because
 // edge boxes run distribution nginx as often as OpenResty.
@@ -136,7 +163,7 @@ func (a *Adapter) protocols(text string) string {
 	drop := make([]bool, len(lines))
 	if needH3 {
 		for i, l := range lines {
-			if quicLineRe.MatchString(l) {
+			if isHTTP3Line(l) {
 				drop[i] = true
 			}
 		}
@@ -153,7 +180,7 @@ func (a *Adapter) protocols(text string) string {
 			start, end := enclosingBlock(lines, i)
 			ind := indent(l)
 			for j := start + 1; j < end; j++ {
-				if drop[j] || indent(lines[j]) != ind || !listenSSLRe.MatchString(lines[j]) || strings.Contains(lines[j], " http2") {
+				if drop[j] || indent(lines[j]) != ind || !listensWith(lines[j], "ssl") || strings.Contains(lines[j], " http2") {
 					continue
 				}
 				k := strings.LastIndexByte(lines[j], ';')
@@ -199,37 +226,79 @@ func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
 // user applies the host's rule for the `user` directive.
 func (a *Adapter) user(text string) string {
-	if a.Host.EUID == 0 && a.Host.SingleUID && !userLineRe.MatchString(text) {
-		// Without a user line a root master switches workers to nobody,
-		// which does not exist in a one-uid namespace.
-		text = "user root root;\n" + text
-	}
-	return userLineRe.ReplaceAllStringFunc(text, func(line string) string {
-		m := userLineRe.FindStringSubmatch(line)
-		lead, args := m[1], strings.Fields(m[2])
+	lines := strings.SplitAfter(text, "\n")
+	found := false
+	for i, l := range lines {
+		body := strings.TrimRight(l, "\n")
+		name, args, ok := directive(body)
+		if !ok || name != "user" || len(args) == 0 {
+			continue
+		}
+		found = true
+		lead := body[:len(body)-len(strings.TrimLeft(body, " \t"))]
 		switch {
 		case a.Host.EUID != 0:
-			return lead + "# user directive dropped by openflare-agent: not running as root"
+			body = lead + "# user directive dropped by openflare-agent: not running as root"
 		case a.Host.SingleUID:
-			u, g := "root", "root"
-			if cur, err := user.LookupId("0"); err == nil {
-				u = cur.Username
-			}
-			if grp, err := user.LookupGroupId("0"); err == nil {
-				g = grp.Name
-			}
-			return fmt.Sprintf("%suser %s %s;", lead, u, g)
-		case len(args) > 0 && !a.lookupUser(args[0]):
-			return lead + "# user directive dropped by openflare-agent: user " + args[0] + " does not exist"
+			body = lead + "user " + rootNames() + ";"
+		case !a.lookupUser(args[0]):
+			body = lead + "# user directive dropped by openflare-agent: user " + args[0] + " does not exist"
 		}
-		return line
-	})
+		lines[i] = body + l[len(strings.TrimRight(l, "\n")):]
+	}
+	if !found && a.Host.EUID == 0 && a.Host.SingleUID {
+		// Without a user line a root master switches workers to nobody,
+		// which does not exist in a one-uid namespace.
+		return "user " + rootNames() + ";\n" + text
+	}
+	return strings.Join(lines, "")
+}
+
+// rootNames is "<user> <group>" of uid and gid 0.
+func rootNames() string {
+	u, g := "root", "root"
+	if name, ok := dbName("/etc/passwd", "0"); ok {
+		u = name
+	}
+	if name, ok := dbName("/etc/group", "0"); ok {
+		g = name
+	}
+	return u + " " + g
+}
+
+// dbName finds the name of an id in /etc/passwd or /etc/group ("name:x:id:…").
+// It reads the files directly: nginx resolves the names it is given the
+// same way, and os/user would add its own lookup machinery to the binary.
+func dbName(path, id string) (string, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.SplitN(line, ":", 4); len(f) >= 3 && f[2] == id && f[0] != "" {
+			return f[0], true
+		}
+	}
+	return "", false
+}
+
+// dbHas reports whether /etc/passwd (or /etc/group) has an entry named name.
+func dbHas(path, name string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if n, _, ok := strings.Cut(line, ":"); ok && n == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Adapter) lookupUser(name string) bool {
 	if a.LookupUser != nil {
 		return a.LookupUser(name)
 	}
-	_, err := user.Lookup(name)
-	return err == nil
+	return dbHas("/etc/passwd", name)
 }

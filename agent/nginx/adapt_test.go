@@ -17,6 +17,24 @@ built with OpenSSL 3.4.1 11 Feb 2025
 TLS SNI support enabled
 configure arguments: --prefix=/usr/local/openresty/nginx --add-module=../ngx_lua-0.10.28 --add-module=../lua-nginx-module --with-http_v2_module --with-http_v3_module --with-http_stub_status_module`
 
+func TestProductVersion(t *testing.T) {
+	for v, want := range map[string]string{
+		"nginx version: nginx/1.22.1\n":            "1.22.1",
+		"nginx version: openresty/1.27.1.2\nbuilt": "1.27.1.2",
+		"NGINX Version:   Nginx/1.25.3rc1 (x)":     "1.25.3rc1",
+		"openresty version: openresty/1.21.4.1":    "1.21.4.1",
+		"garbage":                                  "",
+		"nginx version: apache/2":                  "",
+	} {
+		if got := productVersion(v); got != want {
+			t.Errorf("productVersion(%q) = %q, want %q", v, got, want)
+		}
+	}
+	if c := parseCaps("/n", "nginx version: nginx/1.25.3rc1", nil); c.Core != [3]int{1, 25, 3} {
+		t.Errorf("core of 1.25.3rc1 = %v", c.Core)
+	}
+}
+
 func TestParseCaps(t *testing.T) {
 	c := parseCaps("/usr/sbin/nginx", debianV, nil)
 	if c.Product != "nginx" || c.Version != "1.22.1" || c.Core != [3]int{1, 22, 1} || !c.HTTP2 || c.HTTP3 || c.LuaBuiltin || !c.StubStatus || !c.ErrorLogFlag {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -38,11 +37,6 @@ type Caps struct {
 	ErrorLogFlag bool
 }
 
-var (
-	versionRe = regexp.MustCompile(`(?im)(nginx|openresty) version:\s*(?:nginx|openresty)/(\S+)`)
-	coreRe    = regexp.MustCompile(`(?m)^(\d+)\.(\d+)\.(\d+)`)
-)
-
 // Probe runs `<bin> -V` and reads the capabilities.
 func Probe(ctx context.Context, bin string) (*Caps, error) {
 	path, err := exec.LookPath(bin)
@@ -59,18 +53,26 @@ func Probe(ctx context.Context, bin string) (*Caps, error) {
 }
 
 func parseCaps(path, v string, dirs []string) *Caps {
-	c := &Caps{Binary: path, Product: "nginx"}
-	if m := versionRe.FindStringSubmatch(v); m != nil {
-		c.Version = m[2]
-	}
+	c := &Caps{Binary: path, Product: "nginx", Version: productVersion(v)}
 	// OpenResty's -V names itself "nginx version: openresty/1.27.1.2"; its
 	// core is the first three numbers.
 	if strings.Contains(strings.ToLower(v), "openresty/") {
 		c.Product = "openresty"
 	}
-	if m := coreRe.FindStringSubmatch(c.Version); m != nil {
-		for i := 0; i < 3; i++ {
-			c.Core[i], _ = strconv.Atoi(m[i+1])
+	if parts := strings.SplitN(c.Version, ".", 4); len(parts) >= 3 {
+		var core [3]int
+		ok := true
+		for i := range core {
+			digits := parts[i]
+			if i == 2 {
+				// "1.25.3rc1": only the leading digits count.
+				digits = digits[:len(digits)-len(strings.TrimLeft(digits, "0123456789"))]
+			}
+			n, err := strconv.Atoi(digits)
+			core[i], ok = n, ok && err == nil
+		}
+		if ok {
+			c.Core = core
 		}
 	}
 	c.HTTP2 = strings.Contains(v, "--with-http_v2_module")
@@ -78,13 +80,45 @@ func parseCaps(path, v string, dirs []string) *Caps {
 	c.StubStatus = strings.Contains(v, "--with-http_stub_status_module")
 	c.LuaBuiltin = strings.Contains(v, "lua-nginx-module") || c.Product == "openresty"
 	c.ErrorLogFlag = c.AtLeast(1, 19, 5)
-	if m := regexp.MustCompile(`--modules-path=(\S+)`).FindStringSubmatch(v); m != nil {
-		c.ModulesPath = m[1]
-	}
+	c.ModulesPath = configureArg(v, "--modules-path=")
 	if !c.LuaBuiltin {
 		c.LuaModules = findLuaModules(dirs)
 	}
 	return c
+}
+
+// productVersion reads "nginx version: openresty/1.27.1.2" (PROTOCOL 1.3's
+// ext_version): the token after the product name, case-insensitively.
+func productVersion(v string) string {
+	lower := strings.ToLower(v)
+	for _, product := range []string{"nginx", "openresty"} {
+		for from := 0; ; {
+			i := strings.Index(lower[from:], product+" version:")
+			if i < 0 {
+				break
+			}
+			rest := strings.TrimLeft(v[from+i+len(product)+len(" version:"):], " \t\r\n")
+			for _, p := range []string{"nginx/", "openresty/"} {
+				if strings.HasPrefix(strings.ToLower(rest), p) {
+					if tok := strings.Fields(rest[len(p):]); len(tok) > 0 {
+						return tok[0]
+					}
+				}
+			}
+			from += i + 1
+		}
+	}
+	return ""
+}
+
+// configureArg returns the value of one `configure arguments:` option.
+func configureArg(v, prefix string) string {
+	for _, f := range strings.Fields(v) {
+		if val, ok := strings.CutPrefix(f, prefix); ok && val != "" {
+			return val
+		}
+	}
+	return ""
 }
 
 // AtLeast reports whether the core version is ≥ a.b.c.
@@ -105,11 +139,11 @@ func (c *Caps) HasLua() bool { return c.LuaBuiltin || len(c.LuaModules) > 0 }
 // path, then the usual distribution locations.
 func moduleDirs(v string) []string {
 	var dirs []string
-	if m := regexp.MustCompile(`--modules-path=(\S+)`).FindStringSubmatch(v); m != nil {
-		dirs = append(dirs, m[1])
+	if p := configureArg(v, "--modules-path="); p != "" {
+		dirs = append(dirs, p)
 	}
-	if m := regexp.MustCompile(`--prefix=(\S+)`).FindStringSubmatch(v); m != nil {
-		dirs = append(dirs, filepath.Join(m[1], "modules"))
+	if p := configureArg(v, "--prefix="); p != "" {
+		dirs = append(dirs, filepath.Join(p, "modules"))
 	}
 	return append(dirs, "/usr/lib/nginx/modules", "/usr/lib64/nginx/modules", "/usr/share/nginx/modules")
 }

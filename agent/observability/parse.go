@@ -3,7 +3,6 @@ package observability
 import (
 	"encoding/json"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,36 +18,25 @@ const maxPathRunes = 100
 // openflare_json format first, then the combined format (PROTOCOL 12.1).
 // ok is false for a line neither format accepts.
 //
-// Hand-written scanners handle the lines nginx actually writes; anything
-// unusual (escaped or case-folded keys, invalid UTF-8, quoted numbers, a
-// quote inside the request line) goes to encoding/json or the PROTOCOL's
-// regular expression, which define the result. The fuzz test holds the
-// scanners to exactly the same answers as those references.
+// A hand-written scanner handles the JSON lines nginx actually writes;
+// anything unusual (escaped or case-folded keys, invalid UTF-8, quoted
+// numbers) goes to encoding/json, which defines the result. The combined
+// format is matched by hand (parseCombined). The fuzz test holds both to
+// exactly the answers of encoding/json and the PROTOCOL's regular
+// expression.
 func ParseLine(line []byte) (protocol.AccessLog, bool) {
 	if looksJSON(line) {
-		if rec, res := fastJSON(line); res == fastOK {
+		rec, res := fastJSON(line)
+		if res == fastOK {
 			return rec, true
 		}
-		if rec, ok := slowJSON(line); ok {
-			return rec, true
+		if res == fastBail {
+			if rec, ok := slowJSON(line); ok {
+				return rec, true
+			}
 		}
 	}
-	rec, res := fastCombined(line)
-	switch res {
-	case fastOK:
-		return rec, true
-	case fastReject:
-		return protocol.AccessLog{}, false
-	}
-	return slowCombined(line)
-}
-
-// parseSlowLine is the reference ParseLine must agree with on every input.
-func parseSlowLine(line []byte) (protocol.AccessLog, bool) {
-	if rec, ok := slowJSON(line); ok {
-		return rec, true
-	}
-	return slowCombined(line)
+	return parseCombined(line)
 }
 
 // fastResult says what a hand-written scanner made of a line.
@@ -57,7 +45,7 @@ type fastResult int
 const (
 	fastOK     fastResult = iota // parsed; identical to the reference
 	fastReject                   // the reference rejects the line too
-	fastBail                     // not handled here: ask the reference
+	fastBail                     // not handled here: ask encoding/json
 )
 
 // looksJSON reports whether the line's first non-blank byte opens an
@@ -118,29 +106,6 @@ func slowJSON(line []byte) (protocol.AccessLog, bool) {
 // validStatus keeps status codes to three digits, so the int of the wire
 // type cannot overflow on 32-bit targets.
 func validStatus(s int64) bool { return s >= 0 && s <= 999 }
-
-// combinedRE is the PROTOCOL 12.1 fallback: addr, time, path and status.
-var combinedRE = regexp.MustCompile(`^(\S+)\s+\S+\s+\S+\s+\[([^]]+)]\s+"\S+\s+(\S+)(?:\s+[^"]*)?"\s+(\d{3})\s+\S+`)
-
-const combinedTimeLayout = "02/Jan/2006:15:04:05 -0700"
-
-// slowCombined is the reference combined-format parser.
-func slowCombined(line []byte) (protocol.AccessLog, bool) {
-	m := combinedRE.FindSubmatch(line)
-	if m == nil {
-		return protocol.AccessLog{}, false
-	}
-	t, err := time.Parse(combinedTimeLayout, string(m[2]))
-	if err != nil {
-		return protocol.AccessLog{}, false
-	}
-	return protocol.AccessLog{
-		LoggedAtUnix: t.Unix(),
-		RemoteAddr:   string(m[1]),
-		Path:         normalizePath(string(m[3])),
-		StatusCode:   int(m[4][0]-'0')*100 + int(m[4][1]-'0')*10 + int(m[4][2]-'0'),
-	}, true
-}
 
 // normalizePath applies PROTOCOL 12.1: a leading "/" unless the path is
 // absolute or a full URL (proxy requests), then at most 100 runes. Invalid

@@ -115,3 +115,6 @@ func daysIn(month, year int) int {
 	}
 	return 31
 }
+
+// combinedTimeLayout is $time_local in the combined format.
+const combinedTimeLayout = "02/Jan/2006:15:04:05 -0700"

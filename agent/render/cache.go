@@ -1,7 +1,6 @@
 package render
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -39,7 +38,7 @@ func suffixTest(suffixes []string) string {
 		if i > 0 {
 			re.WriteByte('|')
 		}
-		re.WriteString(regexp.QuoteMeta(s))
+		re.WriteString(quoteMeta(s))
 	}
 	re.WriteString(`)$`)
 	return cacheIf("!~*", re.String())
@@ -59,7 +58,7 @@ func pathPrefixTest(prefixes []string) string {
 			re.WriteByte('/')
 			continue
 		}
-		re.WriteString(regexp.QuoteMeta(trimmed))
+		re.WriteString(quoteMeta(trimmed))
 		re.WriteString(`(?:/|$)`)
 	}
 	re.WriteString(`)`)
@@ -74,7 +73,7 @@ func pathExactTest(paths []string) string {
 		if i > 0 {
 			re.WriteByte('|')
 		}
-		re.WriteString(regexp.QuoteMeta(p))
+		re.WriteString(quoteMeta(p))
 	}
 	re.WriteString(`)$`)
 	return cacheIf("!~", re.String())

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -283,4 +284,18 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// quoteMeta must equal regexp.QuoteMeta byte for byte: cache and Pages
+// regexes in the server's output are built with it.
+func TestQuoteMetaMatchesRegexp(t *testing.T) {
+	var all strings.Builder
+	for c := 0; c < 256; c++ {
+		all.WriteByte(byte(c))
+	}
+	for _, s := range []string{"", "plain", `a.b+c*d?e(f)g|h[i]j{k}l^m$n\o`, "ünïcødé/.css", all.String()} {
+		if got, want := quoteMeta(s), regexp.QuoteMeta(s); got != want {
+			t.Errorf("quoteMeta(%q) = %q, want %q", s, got, want)
+		}
+	}
 }

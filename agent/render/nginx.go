@@ -36,3 +36,18 @@ func writeLines(b *strings.Builder, parts ...string) {
 		b.WriteString(p)
 	}
 }
+
+// quoteMeta escapes the regular-expression metacharacters \.+*?()|[]{}^$
+// exactly as Go's regexp.QuoteMeta does (the server's renderer uses it),
+// without linking the regexp engine into the agent.
+func quoteMeta(s string) string {
+	var b strings.Builder
+	b.Grow(2 * len(s))
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`\.+*?()|[]{}^$`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

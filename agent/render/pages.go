@@ -3,7 +3,6 @@ package render
 import (
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 	"unicode"
 )
@@ -72,7 +71,7 @@ func writeAPIProxy(b *strings.Builder, d *pagesDeployment) {
 		if bare == "" {
 			bare = "/"
 		}
-		re := regexp.QuoteMeta(loc)
+		re := quoteMeta(loc)
 		writeLines(b,
 			"        rewrite ^", re, "/(.*)$ ", target, "/$1 break;\n",
 			"        rewrite ^", re, "$ ", bare, " break;\n")

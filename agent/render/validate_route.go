@@ -3,7 +3,6 @@ package render
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,10 +16,6 @@ const (
 	// clientClosedStatus is nginx's "client closed request" status.
 	clientClosedStatus = 499
 )
-
-// limitReqRe is what limit_req_zone's rate= takes here: requests per second
-// or per minute (nginx would also take a bare number).
-var limitReqRe = regexp.MustCompile(`^([0-9]+)r/([sm])$`)
 
 // routeFailure builds errors that name the route and field, like the
 // renderer's own "route <site> …" errors.
@@ -177,13 +172,15 @@ func rateProblem(v string) string {
 // requestRateProblem checks a limit_req_per_ip rate: N r/s or N r/m with
 // N ≥ 1. nginx keeps the rate and the burst (2N for r/s) in thousandths.
 func requestRateProblem(v string) string {
-	m := limitReqRe.FindStringSubmatch(v)
-	if m == nil {
+	// What limit_req_zone's rate= takes here: digits then r/s or r/m
+	// (nginx would also take a bare number).
+	digits, unit, found := strings.Cut(v, "r/")
+	if !found || digits == "" || strings.Trim(digits, "0123456789") != "" || (unit != "s" && unit != "m") {
 		return "is not a rate like 10r/s or 30r/m"
 	}
-	n, ok := parseCount(m[1])
+	n, ok := parseCount(digits)
 	limit := int64(math.MaxInt64 / 1000)
-	if m[2] == "s" {
+	if unit == "s" {
 		limit /= 2
 	}
 	if !ok || n < 1 || n > limit {
@@ -307,7 +304,7 @@ func validatePages(d *pagesDeployment, f routeFailure) error {
 	if p := literalProblem(loc); p != "" {
 		return f.field("pages_deployment.api_proxy_path", "%q %s", d.APIProxyPath, p)
 	}
-	if n := len(regexp.QuoteMeta(loc)) + len(`^/(.*)$`); n+1 > maxParam {
+	if n := len(quoteMeta(loc)) + len(`^/(.*)$`); n+1 > maxParam {
 		return f.field("pages_deployment.api_proxy_path", "the rewrite pattern is %d bytes long; nginx reads at most %d per parameter", n, maxParam)
 	}
 	if p := proxyURLProblem(pass); p != "" {

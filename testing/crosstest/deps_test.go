@@ -33,6 +33,12 @@ var forbidden = map[string]string{
 	"expvar": "publishes memstats and the command line on the default mux at init",
 	// net/rpc's debug page imports html/template, and it brings encoding/gob.
 	"net/rpc/...": "its debug page imports html/template (+1.25 MiB) and it brings encoding/gob",
+	// The agent's few patterns (nginx -V, config lines, the combined log
+	// format) are matched by hand; tests keep regexps as references.
+	"regexp/...": "the regexp engine and its Unicode tables (~150 KiB)",
+	// nginx resolves user names from /etc/passwd; the agent reads it the
+	// same way instead of linking a second lookup.
+	"os/user": "its /etc/passwd and /etc/group parsers and lookup caches",
 	// In a static CGO_ENABLED=0 build, plugin can only fail at run time.
 	"plugin": "Go plugins need cgo and dynamic linking; the release binaries are static",
 	// Test-only code: frameworks, fakes, and their flags.
@@ -112,10 +118,14 @@ type pkg struct {
 	DepsErrors []*struct{ Err string }
 }
 
+// releaseTags are the build tags of release binaries (Makefile's
+// RELEASE_TAGS): net/http without its bundled HTTP/2.
+const releaseTags = "nethttpomithttp2"
+
 // listDeps lists target and everything it imports, as the release build
 // for linux/arch sees them (CGO_ENABLED=0). The last package is target.
 func listDeps(root, target, arch string) ([]*pkg, error) {
-	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard,Module,Imports,Error,DepsErrors", target)
+	cmd := exec.Command("go", "list", "-tags", releaseTags, "-deps", "-json=ImportPath,Standard,Module,Imports,Error,DepsErrors", target)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	var stderr bytes.Buffer
@@ -218,10 +228,10 @@ func importChain(byPath map[string]*pkg, main, target string) []string {
 	return []string{main, "…", target}
 }
 
-// arm64SizeBudget is what the linux/arm64 release binary may weigh. The
-// agent was 6.75 MiB when this test was written (Go 1.26); a bare HTTPS
-// client with encoding/json, log/slog and regexp is already 5.8 MiB.
-const arm64SizeBudget = 7 << 20
+// arm64SizeBudget is what the linux/arm64 release binary may weigh (the
+// issue's 6.5 MiB). It is 6.19 MiB with Go 1.26: regexp and os/user are
+// kept out of the agent and net/http's HTTP/2 is built out.
+const arm64SizeBudget = 6.5 * (1 << 20)
 
 // The linux/arm64 release binary stays within budget. Edge boxes keep the
 // binary in small flash; watch this number grow.
@@ -231,7 +241,7 @@ func TestArm64SizeBudget(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "openflare-agent-linux-arm64")
 	start := time.Now()
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X main.version=size-test -X main.commit=size-test", "-o", out, ".")
+	cmd := exec.Command("go", "build", "-tags", releaseTags, "-trimpath", "-ldflags=-s -w -X main.version=size-test -X main.commit=size-test", "-o", out, ".")
 	cmd.Dir = moduleRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -56,7 +56,7 @@ func agentBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "openflare-agent")
-		cmd := exec.Command("go", "build", "-race", "-tags", "crashpoints", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
+		cmd := exec.Command("go", "build", "-race", "-tags", "crashpoints nethttpomithttp2", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build agent: %v\n%s", err, out)
