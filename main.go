@@ -107,8 +107,15 @@ func runAgent(configPath string, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	// Small-device runtime defaults; the usual environment variables win.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		// The heap at rest is ~1.5 MiB and allocation is slow between
+		// beats: collecting at +50% instead of +100% keeps RSS about a MiB
+		// lower for no measurable CPU.
+		debug.SetGCPercent(50)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
