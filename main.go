@@ -164,6 +164,10 @@ func check(configPath string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error: the nginx binary has no Lua module; rendered configs need lua-nginx-module")
 		return 1
 	}
+	if !caps.StubStatus {
+		fmt.Fprintln(stderr, "error: the nginx binary has no stub_status module; health checks and the safe fallback need it")
+		return 1
+	}
 	paths := landing.FromConfig(cfg)
 	if _, err := os.Stat(paths.Main); err != nil {
 		fmt.Fprintf(stdout, "landed config: none yet (%s)\n", paths.Main)
@@ -234,7 +238,11 @@ func renderCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return 1
 		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(name, ".key") || name == filepath.Join("files", "openresty_config.json") {
+			mode = 0o600 // private keys, and the raw source with basic-auth passwords
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return 1
 		}

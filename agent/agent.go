@@ -56,7 +56,12 @@ type Agent struct {
 	// cap), so the next one goes out sooner.
 	morePending atomic.Bool
 	wsStats     wsclient.Stats
-	syncs       chan syncRequest
+	work        pending
+	// ipgPending is the waf_config.json whose IP-group reconcile failed,
+	// retried from the beats until it succeeds (a missing group would
+	// leave its deny list off).
+	ipgPending   atomic.Pointer[string]
+	ipgLastRetry atomic.Int64 // unix seconds
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -86,7 +91,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		store:     store,
 		cp:        controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
 		ip:        nodeip.New(),
-		syncs:     make(chan syncRequest, 1),
+		work:      pending{wake: make(chan struct{}, 1)},
 		statusNow: make(chan struct{}, 1),
 	}
 	a.interval.Store(int64(cfg.HeartbeatInterval))

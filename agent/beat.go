@@ -25,6 +25,11 @@ func (a *Agent) newBeat(ctx context.Context) *beat {
 	if r.Status != "" {
 		a.recordHealth(r.Status, r.Message)
 	}
+	if r.Status == protocol.StatusUnhealthy && a.syncer.Down() {
+		// nginx died (crash, OOM kill, someone stopped it): the node
+		// serves its landed config again without waiting for the server.
+		a.requestEnsure()
+	}
 	p := a.payload(ctx)
 	p.Profile = r.Profile
 	p.HostMetrics = r.HostMetrics
@@ -57,6 +62,12 @@ func (a *Agent) recordHealth(status, msg string) {
 func (a *Agent) beatDone(b *beat, channel string) {
 	a.obs.Ack(b.report)
 	a.morePending.Store(b.report.More)
+	if a.ipgPending.Load() != nil {
+		if now := time.Now().Unix(); now-a.ipgLastRetry.Load() >= ipgRetryEvery {
+			a.ipgLastRetry.Store(now)
+			a.requestReconcile()
+		}
+	}
 	// Recorded for `status`, but written at most once a minute (or when
 	// the channel changes): an fsync'd write every beat would wear a
 	// router's flash for a timestamp.
@@ -137,11 +148,19 @@ func (a *Agent) beatSoon() {
 	}
 }
 
+// ipgRetryEvery spaces retries of a failed reconcile (E6 may carry 20 MiB).
+const ipgRetryEvery = 30
+
 // reconcileIPGroups replaces the snapshot with exactly the groups the new
 // version references (PROTOCOL 7.2), after a success or warning apply.
 func (a *Agent) reconcileIPGroups(ctx context.Context, wafConfig string) {
 	res, err := a.ipg.Reconcile(ctx, []byte(wafConfig), a.cp.SyncIPGroups)
 	a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
+	if err != nil {
+		a.ipgPending.Store(&wafConfig)
+	} else {
+		a.ipgPending.Store(nil)
+	}
 	if len(res.Landed) > 0 || len(res.Dropped) > 0 {
 		a.beatSoon()
 	}

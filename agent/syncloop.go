@@ -2,71 +2,98 @@ package agent
 
 import (
 	"context"
+	gosync "sync"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/sync"
 )
 
-type stateT = state.State
-
-// syncRequest asks the sync goroutine to act. Applies take seconds (nginx
-// -t twice and a reload), so they run apart from the channels: heartbeats
-// keep flowing while one is under way.
-type syncRequest struct {
-	target  *protocol.ConfigRef
-	mode    sync.Mode
-	restart bool
+// work is what the sync goroutine has been asked to do. Applies take
+// seconds (nginx -t twice and a reload), so they run apart from the
+// channels: heartbeats keep flowing while one is under way. Requests that
+// arrive meanwhile merge: only the newest target matters, and a startup or
+// force sync is never downgraded to a normal one.
+type work struct {
+	sync      bool
+	target    *protocol.ConfigRef
+	mode      sync.Mode
+	restart   bool // restart_openresty_now
+	ensure    bool // nginx found down: start it from the landed config
+	reconcile bool // retry an IP-group reconcile that failed
 }
 
-// requestSync queues a sync, replacing a queued one that has not started:
-// only the newest target matters, but a startup or force request is never
-// downgraded to a normal one.
-func (a *Agent) requestSync(target *protocol.ConfigRef, mode sync.Mode) {
-	a.enqueue(syncRequest{target: target, mode: mode})
+// pending holds the queued work; wake says there is some.
+type pending struct {
+	mu   gosync.Mutex
+	w    work
+	wake chan struct{}
 }
 
-func (a *Agent) requestRestart() { a.enqueue(syncRequest{restart: true}) }
-
-func (a *Agent) enqueue(r syncRequest) {
-	for {
-		select {
-		case a.syncs <- r:
-			return
-		default:
-		}
-		select {
-		case old := <-a.syncs:
-			if old.mode > r.mode {
-				r.mode = old.mode
-			}
-			r.restart = r.restart || old.restart
-			if r.target == nil && !r.restart {
-				r.target = old.target
-			}
-		default:
-		}
+func (a *Agent) queue(f func(*work)) {
+	a.work.mu.Lock()
+	f(&a.work.w)
+	a.work.mu.Unlock()
+	select {
+	case a.work.wake <- struct{}{}:
+	default:
 	}
 }
 
-// syncLoop runs queued syncs one at a time until ctx ends.
+func (a *Agent) requestSync(target *protocol.ConfigRef, mode sync.Mode) {
+	a.queue(func(w *work) {
+		w.sync, w.target = true, target
+		w.mode = max(w.mode, mode)
+	})
+}
+
+func (a *Agent) requestRestart() { a.queue(func(w *work) { w.restart = true }) }
+
+func (a *Agent) requestEnsure() { a.queue(func(w *work) { w.ensure = true }) }
+
+func (a *Agent) requestReconcile() { a.queue(func(w *work) { w.reconcile = true }) }
+
+// applyBudget bounds one round of work once started. Work is not cancelled
+// by shutdown: an apply cut off halfway would be reported as failed and
+// block a good version, or leave nginx stopped mid-restart.
+const applyBudget = 10 * time.Minute
+
+// syncLoop runs queued work one round at a time until ctx ends; a round
+// under way when ctx ends is finished first.
 func (a *Agent) syncLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-a.syncs:
-			if r.restart {
-				if err := a.syncer.Restart(ctx); err != nil {
-					a.log.Error("nginx restart", "err", err)
-				}
-				if r.target == nil && r.mode == sync.Normal {
-					continue
-				}
-			}
-			if err := a.syncer.Sync(ctx, r.target, r.mode); err == nil && r.mode == sync.Startup {
-				a.log.Debug("startup sync done")
-			}
+		case <-a.work.wake:
+		}
+		a.work.mu.Lock()
+		w := a.work.w
+		a.work.w = work{}
+		a.work.mu.Unlock()
+		a.runWork(w, ctx)
+	}
+}
+
+func (a *Agent) runWork(w work, parent context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), applyBudget)
+	defer cancel()
+	if w.restart {
+		if err := a.syncer.Restart(ctx); err != nil {
+			a.log.Error("nginx restart", "err", err)
+		}
+	}
+	if w.ensure {
+		if err := a.syncer.Ensure(ctx); err != nil {
+			a.log.Error("start nginx from the landed config", "err", err)
+		}
+	}
+	if w.sync {
+		a.syncer.Sync(ctx, w.target, w.mode)
+	}
+	if w.reconcile {
+		if waf := a.ipgPending.Load(); waf != nil {
+			a.reconcileIPGroups(ctx, *waf)
 		}
 	}
 }

@@ -373,6 +373,10 @@ func (c *Config) validate() error {
 func checkServerURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
+		// The value may carry credentials: name it only when it cannot.
+		if strings.Contains(raw, "@") {
+			return errors.New("not a URL (value withheld: it may carry credentials)")
+		}
 		return fmt.Errorf("%q is not a URL: %v", raw, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
@@ -382,7 +386,7 @@ func checkServerURL(raw string) error {
 		return fmt.Errorf("%q must not carry credentials", redactURL(u))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q has no host", raw)
+		return fmt.Errorf("%q has no host", redactURL(u))
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("%q must not carry a query or fragment", redactURL(u))

@@ -33,13 +33,21 @@ type Client struct {
 	base    string
 	http    *http.Client
 	agentUA string
+	timeout time.Duration
 
 	mu    sync.RWMutex
 	token string
 }
 
+// bodyAllowance is how long a large reply (an E4 config up to 64 MiB, IP
+// groups up to 20 MiB) may take to arrive once its headers did: one
+// request_timeout for everything (upstream's choice) fails large replies on
+// slow uplinks for ever.
+const bodyAllowance = 5 * time.Minute
+
 // New returns a client for baseURL (already validated: http or https, no
-// credentials) sending token. timeout bounds each whole request.
+// credentials) sending token. timeout bounds connecting and the reply's
+// headers, and the whole of small replies.
 func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -51,8 +59,9 @@ func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
 	}
 	return &Client{
 		base:    strings.TrimRight(baseURL, "/"),
-		http:    &http.Client{Timeout: timeout, Transport: tr},
+		http:    &http.Client{Transport: tr},
 		agentUA: "openflare-agent/" + agentVersion,
+		timeout: timeout,
 		token:   token,
 	}
 }
@@ -70,9 +79,6 @@ func (c *Client) Token() string {
 	defer c.mu.RUnlock()
 	return c.token
 }
-
-// BaseURL returns the server base URL.
-func (c *Client) BaseURL() string { return c.base }
 
 // CloseIdle drops idle keep-alive connections.
 func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
@@ -140,6 +146,12 @@ func (c *Client) SyncIPGroups(ctx context.Context, req *protocol.IPGroupSyncRequ
 // name the endpoint; they never contain the token (it only travels in a
 // header, and net/http errors quote the URL, which carries none).
 func (c *Client) do(ctx context.Context, name, method, path string, in, out any, limit int64) error {
+	timeout := c.timeout
+	if limit > CapSmall {
+		timeout = max(timeout, bodyAllowance)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)

@@ -123,11 +123,13 @@ func parseRaw(data []byte) (map[string]json.RawMessage, error) {
 // parseKey accepts only the canonical decimal form, the one the Lua side
 // looks up with tostring(id).
 func parseKey(key string) (uint64, error) {
-	id, err := strconv.ParseUint(key, 10, strconv.IntSize)
+	// Ids are uint64 on every target: a 32-bit bit size would make a
+	// snapshot holding an id ≥ 2^32 unusable there.
+	id, err := strconv.ParseUint(key, 10, 64)
 	if err != nil || strconv.FormatUint(id, 10) != key {
 		return 0, fmt.Errorf("group key %q is not a decimal id", key)
 	}
-	return uint64(id), nil
+	return id, nil
 }
 
 // readRaw reads and decodes the current snapshot for an update.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
@@ -29,10 +30,20 @@ type Store struct {
 	dir string
 	log *slog.Logger
 
-	// mu serialises updates: a heartbeat push and a post-apply reconcile
-	// both rewrite the whole file.
-	mu   sync.Mutex
-	sums map[string]string // "<id>" → checksum of every group in the file; never nil
+	// reconcileMu keeps reconciles in order: one waits for the previous
+	// one's E6 call, so an older WAF config never lands after a newer one.
+	// Push and Checksums never take it.
+	reconcileMu sync.Mutex
+
+	// mu serialises the file updates: a heartbeat push and the landing
+	// phase of a reconcile both rewrite the whole file. It is never held
+	// across an E6 call.
+	mu sync.Mutex
+
+	// sums is "<id>" → checksum of every group in the file, never nil. It
+	// is replaced (under mu) and never changed once published, so
+	// Checksums reads it without locking.
+	sums atomic.Pointer[map[string]string]
 }
 
 // Result says what an update did.
@@ -61,7 +72,8 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("ip groups: create %s: %w", dir, err)
 	}
 	removeStaleTemps(dir)
-	s := &Store{dir: dir, log: log, sums: map[string]string{}}
+	s := &Store{dir: dir, log: log}
+	s.setSums(map[string]string{})
 	data, err := readSnapshotFile(s.path())
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -72,7 +84,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if err == nil {
 		sums, perr := parseHeads(data)
 		if perr == nil {
-			s.sums = sums
+			s.setSums(sums)
 			return s, s.repairChecksum(data)
 		}
 		err = perr
@@ -104,12 +116,17 @@ func (s *Store) repairChecksum(data []byte) error {
 func (s *Store) path() string { return filepath.Join(s.dir, snapshotName) }
 
 // Checksums returns "<id>" → checksum of every group in the snapshot, for
-// the heartbeat's waf_ip_group_checksums. The map is a copy, never nil.
+// the heartbeat's waf_ip_group_checksums. The map is a copy, never nil. It
+// takes no lock, so a slow update never holds up a heartbeat.
 func (s *Store) Checksums() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.sums)
+	return maps.Clone(s.currentSums())
 }
+
+// currentSums is the published id → checksum map. Callers must not modify it.
+func (s *Store) currentSums() map[string]string { return *s.sums.Load() }
+
+// setSums publishes sums; the map must not be modified afterwards.
+func (s *Store) setSums(sums map[string]string) { s.sums.Store(&sums) }
 
 // Push lands groups from a heartbeat reply or a WebSocket waf_ip_groups
 // message. Only groups already in the snapshot are updated: new ids arrive
@@ -119,14 +136,16 @@ func (s *Store) Checksums() map[string]string {
 func (s *Store) Push(groups []protocol.WAFIPGroup) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	changed, rejected, err := s.verifyChanged(groups, func(key string) bool {
-		_, ok := s.sums[key]
+	cur := s.currentSums()
+	verified, rejected, err := s.verifyGroups(groups, func(key string) bool {
+		_, ok := cur[key]
 		return ok
 	})
 	res := Result{Rejected: rejected}
 	if err != nil {
 		return res, err
 	}
+	changed := changedFrom(verified, cur)
 	if len(changed) == 0 {
 		res.Unchanged = true
 		return res, nil
@@ -141,10 +160,12 @@ func (s *Store) Push(groups []protocol.WAFIPGroup) (Result, error) {
 	if err := s.land(raw); err != nil {
 		return res, err
 	}
+	next := maps.Clone(cur)
 	for key, v := range changed {
-		s.sums[key] = v.checksum
+		next[key] = v.checksum
 		res.Landed = append(res.Landed, v.id)
 	}
+	s.setSums(next)
 	slices.Sort(res.Landed)
 	return res, nil
 }
@@ -155,24 +176,24 @@ func (s *Store) Push(groups []protocol.WAFIPGroup) (Result, error) {
 // returns only what differs, and replaces the snapshot with exactly those
 // groups. With no reference E6 is not called and the snapshot becomes
 // {"groups":{}}. A referenced group that is still missing afterwards is an
-// error naming it; the rest still lands. The store is locked for the whole
-// call, so a concurrent Push waits for the sync to finish.
+// error naming it; the rest still lands.
+//
+// The store is not locked during the E6 call: heartbeats keep reading
+// Checksums and Push keeps landing groups meanwhile. The landing phase
+// works from the snapshot as it is then, so a group pushed during the call
+// is kept unless the server returned that group itself. Reconciles run one
+// at a time.
 func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error)) (Result, error) {
 	ids, err := render.IPGroupIDs(wafConfigJSON)
 	if err != nil {
 		return Result{}, fmt.Errorf("ip groups: referenced groups: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.reconcileMu.Lock()
+	defer s.reconcileMu.Unlock()
 
 	var reply protocol.IPGroupSyncReply
 	if len(ids) > 0 {
-		req := &protocol.IPGroupSyncRequest{IDs: ids, Checksums: make(map[string]string)}
-		for _, id := range ids {
-			if sum := s.sums[idKey(id)]; sum != "" {
-				req.Checksums[idKey(id)] = sum
-			}
-		}
+		req := s.syncRequest(ids)
 		if reply, err = syncGroups(ctx, req); err != nil {
 			return Result{}, fmt.Errorf("ip groups: sync %d groups: %w", len(ids), err)
 		}
@@ -182,11 +203,18 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 	for _, id := range ids {
 		referenced[idKey(id)] = true
 	}
-	fresh, rejected, err := s.verifyChanged(reply.Groups, func(key string) bool { return referenced[key] })
+	// Hashing up to 20 MiB of groups needs no lock.
+	verified, rejected, err := s.verifyGroups(reply.Groups, func(key string) bool { return referenced[key] })
 	res := Result{Rejected: rejected}
 	if err != nil {
 		return res, err
 	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The snapshot as it is now, including anything pushed during the call.
+	cur := s.currentSums()
+	fresh := changedFrom(verified, cur)
 
 	var kept []uint64
 	var missing []uint64
@@ -194,13 +222,13 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 		if _, ok := fresh[idKey(id)]; ok {
 			continue
 		}
-		if _, ok := s.sums[idKey(id)]; ok {
+		if _, ok := cur[idKey(id)]; ok {
 			kept = append(kept, id)
 		} else {
 			missing = append(missing, id)
 		}
 	}
-	for key := range s.sums {
+	for key := range cur {
 		if !referenced[key] {
 			id, _ := parseKey(key)
 			res.Dropped = append(res.Dropped, id)
@@ -227,7 +255,7 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 			key := idKey(id)
 			if r, ok := raw[key]; ok {
 				out[key] = r
-				sums[key] = s.sums[key]
+				sums[key] = cur[key]
 			} else {
 				missing = append(missing, id)
 			}
@@ -241,19 +269,32 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 	if err := s.land(out); err != nil {
 		return Result{Rejected: res.Rejected}, err
 	}
-	s.sums = sums
+	s.setSums(sums)
 	slices.Sort(res.Landed)
 	slices.Sort(missing)
 	return res, errors.Join(readErr, missingError(missing))
 }
 
-// verifyChanged verifies the groups that wanted accepts and returns, by
-// "<id>", those whose content differs from the local copy, plus the
-// rejected ones. Of several valid entries for one id the last wins. Same
-// checksum means same membership: a rename alone is not worth rewriting a
-// file of up to 20 MiB (the Lua side ignores names).
-func (s *Store) verifyChanged(groups []protocol.WAFIPGroup, wanted func(key string) bool) (map[string]verifiedGroup, []Rejection, error) {
-	changed := make(map[string]verifiedGroup)
+// syncRequest builds the E6 request for ids with the local checksums, under
+// the lock so it sees a complete update.
+func (s *Store) syncRequest(ids []uint64) *protocol.IPGroupSyncRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.currentSums()
+	req := &protocol.IPGroupSyncRequest{IDs: ids, Checksums: make(map[string]string)}
+	for _, id := range ids {
+		if sum := cur[idKey(id)]; sum != "" {
+			req.Checksums[idKey(id)] = sum
+		}
+	}
+	return req
+}
+
+// verifyGroups verifies the groups that wanted accepts and returns them by
+// "<id>", plus the rejected ones. Of several valid entries for one id the
+// last wins.
+func (s *Store) verifyGroups(groups []protocol.WAFIPGroup, wanted func(key string) bool) (map[string]verifiedGroup, []Rejection, error) {
+	valid := make(map[string]verifiedGroup)
 	var rejected []Rejection
 	for _, g := range groups {
 		key := idKey(g.ID)
@@ -269,13 +310,22 @@ func (s *Store) verifyChanged(groups []protocol.WAFIPGroup, wanted func(key stri
 			rejected = append(rejected, Rejection{ID: g.ID, Reason: reason})
 			continue
 		}
-		if local, ok := s.sums[key]; ok && local == v.checksum {
-			delete(changed, key)
-			continue
-		}
-		changed[key] = v
+		valid[key] = v
 	}
-	return changed, rejected, nil
+	return valid, rejected, nil
+}
+
+// changedFrom removes from verified, and returns, the groups whose content
+// is the same as the local copy in sums. Same checksum means same
+// membership: a rename alone is not worth rewriting a file of up to 20 MiB
+// (the Lua side ignores names).
+func changedFrom(verified map[string]verifiedGroup, sums map[string]string) map[string]verifiedGroup {
+	for key, v := range verified {
+		if local, ok := sums[key]; ok && local == v.checksum {
+			delete(verified, key)
+		}
+	}
+	return verified
 }
 
 // land encodes and writes a complete snapshot, leaving the old files
@@ -300,7 +350,7 @@ func missingError(ids []uint64) error {
 	return fmt.Errorf("ip groups: referenced groups missing after sync: %s", strings.Join(names, ", "))
 }
 
-func idKey(id uint64) string { return strconv.FormatUint(uint64(id), 10) }
+func idKey(id uint64) string { return strconv.FormatUint(id, 10) }
 
 // ReadChecksums reads the snapshot in dir without changing anything (for
 // `openflare-agent status`): id → checksum, empty when there is none.

@@ -479,3 +479,118 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("memory %v, file %v", s.Checksums(), reopened.Checksums())
 	}
 }
+
+// A reconcile waiting on E6 holds up neither heartbeats (Checksums) nor
+// pushes, and a push made meanwhile survives the reconcile unless the
+// server returned that same group.
+func TestReconcileDoesNotBlockDuringSync(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.3"), group(4, true, "198.51.100.4")
+	s, dir := seed(t, g3, g4)
+
+	// The server has a new 4 and a new 5; 3 is unchanged there.
+	g4srv, g5 := group(4, true, "192.0.2.44"), group(5, false)
+	srv := newServer(g3, g4srv, g5)
+	entered, release := make(chan struct{}), make(chan struct{})
+	blocking := func(ctx context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+		close(entered)
+		<-release
+		return srv.sync(ctx, req)
+	}
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 5), blocking)
+		done <- outcome{res, err}
+	}()
+	<-entered
+
+	// Both calls must return while the sync is still blocked; if either
+	// waited for it, release would never be closed and the test would
+	// hang (and fail at the test timeout) rather than pass.
+	if got := s.Checksums(); !maps.Equal(got, sums(g3, g4)) {
+		t.Fatalf("Checksums() during sync = %v", got)
+	}
+	g3push, g4push := group(3, true, "203.0.113.3"), group(4, true, "203.0.113.4")
+	res, err := s.Push([]protocol.WAFIPGroup{g3push, g4push})
+	if err != nil || !slices.Equal(res.Landed, []uint64{3, 4}) {
+		t.Fatalf("push during sync: %+v, %v", res, err)
+	}
+	assertSnapshot(t, dir, g3push, g4push)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3push, g4push)) {
+		t.Fatalf("Checksums() after push = %v", got)
+	}
+	select {
+	case o := <-done:
+		t.Fatalf("reconcile finished before its sync returned: %+v, %v", o.res, o.err)
+	default:
+	}
+
+	close(release)
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	// 3: the server sent nothing (the agent asked with the old checksum,
+	// which still matched), so the pushed copy stays. 4: the server's
+	// reply wins. 5: new.
+	if !slices.Equal(o.res.Landed, []uint64{4, 5}) || len(o.res.Dropped) != 0 || o.res.Unchanged {
+		t.Fatalf("result %+v", o.res)
+	}
+	assertSnapshot(t, dir, g3push, g4srv, g5)
+	if got := s.Checksums(); !maps.Equal(got, sums(g3push, g4srv, g5)) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+	if got := srv.requests[0].Checksums; !maps.Equal(got, sums(g3, g4)) {
+		t.Fatalf("request checksums %v, want the ones before the push", got)
+	}
+}
+
+// Ids are uint64 whatever the target's int size: one above 2^32 is stored,
+// reported and reloaded.
+func TestLargeIDs(t *testing.T) {
+	const big = 1<<32 + 7
+	const maxID = ^uint64(0)
+	gBig, gMax, g3 := group(big, true, "198.51.100.7"), group(maxID, false, "10.0.0.0/8"), group(3, true, "192.0.2.3")
+	s, dir := seed(t, gBig, gMax, g3)
+	assertSnapshot(t, dir, gBig, gMax, g3)
+	want := sums(gBig, gMax, g3)
+	if _, ok := want["4294967303"]; !ok {
+		t.Fatalf("key of %d: %v", uint64(big), want)
+	}
+	if got := s.Checksums(); !maps.Equal(got, want) {
+		t.Fatalf("Checksums() = %v", got)
+	}
+	reopened, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reopened.Checksums(); !maps.Equal(got, want) {
+		t.Fatalf("reopened Checksums() = %v", got)
+	}
+	if got, err := ReadChecksums(dir); err != nil || !maps.Equal(got, want) {
+		t.Fatalf("ReadChecksums = %v, %v", got, err)
+	}
+	gBig2 := group(big, true, "198.51.100.8")
+	if res, err := reopened.Push([]protocol.WAFIPGroup{gBig2}); err != nil || !slices.Equal(res.Landed, []uint64{big}) {
+		t.Fatalf("push: %+v, %v", res, err)
+	}
+	res, err := reopened.Reconcile(context.Background(), wafConfig(big), newServer(gBig2).sync)
+	if err != nil || !slices.Equal(res.Dropped, []uint64{3, maxID}) {
+		t.Fatalf("reconcile: %+v, %v", res, err)
+	}
+	assertSnapshot(t, dir, gBig2)
+
+	for key, want := range map[string]uint64{"4294967296": 1 << 32, "18446744073709551615": maxID} {
+		if id, err := parseKey(key); err != nil || id != want {
+			t.Errorf("parseKey(%q) = %d, %v", key, id, err)
+		}
+	}
+	for _, key := range []string{"18446744073709551616", "04294967296", "-1", "+1", ""} {
+		if _, err := parseKey(key); err == nil {
+			t.Errorf("parseKey(%q) accepted", key)
+		}
+	}
+}

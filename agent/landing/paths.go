@@ -35,11 +35,9 @@ type Paths struct {
 
 // FromConfig derives the paths from agent.json (PROTOCOL 6.1).
 func FromConfig(c *config.Config) Paths {
-	// VAR is three levels above the access log (DD/var by default).
+	// VAR is three levels above the access log (DD/var by default); config
+	// always fills access_log_path.
 	v := filepath.Dir(filepath.Dir(filepath.Dir(c.AccessLogPath)))
-	if c.AccessLogPath == "" {
-		v = filepath.Join(filepath.Dir(c.MainConfigPath), "..", "..")
-	}
 	return Paths{
 		Main:              c.MainConfigPath,
 		Route:             c.RouteConfigPath,

@@ -54,9 +54,11 @@ const (
 // files (the renderer's Files), with text already adapted to the binary.
 func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
 	s := &Set{Managed: []string{p.CertDir, p.LuaDir}}
+	// Only nginx's master reads its configs, and the route config can hold
+	// basic-auth credentials: not world-readable.
 	s.Files = append(s.Files,
-		File{p.Main, []byte(p.MainText(mainText)), 0o644},
-		File{p.Route, []byte(p.RouteText(routeText)), 0o644},
+		File{p.Main, []byte(p.MainText(mainText)), 0o640},
+		File{p.Route, []byte(p.RouteText(routeText)), 0o640},
 	)
 	s.IfMissing = append(s.IfMissing, File{filepath.Join(filepath.Dir(p.Main), "mime.types"), mimeTypes, 0o644})
 	hasWAF := false
@@ -67,7 +69,8 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o644})
 			continue
 		case openrestyConfigName:
-			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o644})
+			// The raw source keeps basic-auth passwords in clear text.
+			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o600})
 			continue
 		case powConfigName:
 			continue
@@ -217,8 +220,8 @@ func (s *Set) Unchanged() bool {
 // main config, already adapted, and an empty route config.
 func FallbackPlan(p Paths, mainText string) *Set {
 	return &Set{Files: []File{
-		{p.Main, []byte(p.MainText(mainText)), 0o644},
-		{p.Route, nil, 0o644},
+		{p.Main, []byte(p.MainText(mainText)), 0o640},
+		{p.Route, nil, 0o640},
 	}}
 }
 

@@ -46,13 +46,21 @@ type entry struct {
 
 const manifestName = "manifest.json"
 
-// Begin backs up every path in touched into dir. An existing dir must have
-// been dealt with by Recover first.
+// Begin backs up every path in touched into dir. A complete backup left in
+// dir must have been restored first (see Pending); an incomplete one is
+// replaced.
 func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	// The new directories must survive a power cut as well as the files.
+	if err := state.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	if err := state.SyncDir(dir); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	t := &Txn{dir: dir, m: manifest{From: from, To: to, Managed: managed}}
@@ -106,17 +114,6 @@ func writeSynced(path string, data []byte) error {
 // From is the version that was live when the backup was taken.
 func (t *Txn) From() Ref { return t.m.From }
 
-// HadMain reports whether the given main config existed before the apply.
-func (t *Txn) HadMain(main string) bool {
-	for _, e := range t.m.Entries {
-		if e.Path == main {
-			return e.Saved != ""
-		}
-	}
-	_, err := os.Stat(main)
-	return err == nil
-}
-
 // Restore puts every backed-up path back exactly: saved files with their
 // content and mode, and paths that did not exist are removed.
 func (t *Txn) Restore() error {
@@ -126,6 +123,7 @@ func (t *Txn) Restore() error {
 			if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("restore: remove %s: %w", e.Path, err))
 			}
+			state.SyncDir(filepath.Dir(e.Path))
 			pruneEmptyParents(e.Path, t.m.Managed)
 			continue
 		}
@@ -159,7 +157,8 @@ func (t *Txn) Commit() error {
 	return os.RemoveAll(t.dir)
 }
 
-// Pending opens the backup a crashed apply left behind, if it is complete.
+// Pending opens the backup a crashed or failed apply left behind, if it is
+// complete.
 // An incomplete one (no manifest) is deleted: the live files were never
 // touched.
 func Pending(dir string) (*Txn, error) {

@@ -12,8 +12,9 @@ import (
 )
 
 // nginx workers (often another user) read the Lua, error pages and service
-// worker files, so config directories are world-traversable; secrets are
-// protected by their file modes instead (keys 0600).
+// worker files, so config directories are world-traversable; files holding
+// secrets are protected by their own modes instead (keys and the raw source
+// 0600, the nginx configs with basic-auth credentials 0640).
 const configDirMode = 0o755
 
 // MakeDirs creates the directories nginx needs: config, logs, pid, temp and
@@ -59,6 +60,7 @@ func (s *Set) Write(after func()) error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("land: remove %s: %w", p, err)
 		}
+		state.SyncDir(filepath.Dir(p))
 	}
 	want := map[string]bool{}
 	for _, f := range s.Files {
@@ -72,6 +74,7 @@ func (s *Set) Write(after func()) error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("land: remove foreign %s: %w", p, err)
 		}
+		state.SyncDir(filepath.Dir(p))
 		pruneEmptyParents(p, s.Managed)
 	}
 	return nil

@@ -1,6 +1,6 @@
 // Package nginx is the only package that runs the nginx/OpenResty binary:
 // it probes what the installed build can do, adapts rendered text to it,
-// validates (-t), reloads, starts, and writes the safe fallback runtime.
+// validates (-t), reloads and starts it.
 package nginx
 
 import (
@@ -29,9 +29,8 @@ type Caps struct {
 	LuaBuiltin bool
 	// LuaModules are the dynamic modules (ndk first) to load when the Lua
 	// module is not compiled in; empty when none were found.
-	LuaModules  []string
-	StubStatus  bool
-	ModulesPath string
+	LuaModules []string
+	StubStatus bool
 	// ErrorLogFlag is true when the binary accepts -e (nginx ≥ 1.19.5), so
 	// -t never depends on the compiled-in error log path being writable.
 	ErrorLogFlag bool
@@ -80,7 +79,6 @@ func parseCaps(path, v string, dirs []string) *Caps {
 	c.StubStatus = strings.Contains(v, "--with-http_stub_status_module")
 	c.LuaBuiltin = strings.Contains(v, "lua-nginx-module") || c.Product == "openresty"
 	c.ErrorLogFlag = c.AtLeast(1, 19, 5)
-	c.ModulesPath = configureArg(v, "--modules-path=")
 	if !c.LuaBuiltin {
 		c.LuaModules = findLuaModules(dirs)
 	}

@@ -27,8 +27,12 @@ const (
 // the parent directory (DirMode) if needed.
 func WriteFile(path string, data []byte, mode fs.FileMode) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, DirMode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if _, err := os.Stat(dir); err != nil {
+		if err := os.MkdirAll(dir, DirMode); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		// A new directory must itself survive a power cut.
+		SyncDir(filepath.Dir(dir))
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

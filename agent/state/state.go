@@ -20,9 +20,8 @@ type State struct {
 	OpenRestyStatus  string `json:"openresty_status"`
 	OpenRestyMessage string `json:"openresty_message"`
 	// LastHeartbeatUnix is the time of the last beat the server accepted.
-	LastHeartbeatUnix      int64  `json:"last_heartbeat_unix,omitempty"`
-	Channel                string `json:"channel,omitempty"`
-	LastProfileFingerprint string `json:"last_profile_fingerprint,omitempty"`
+	LastHeartbeatUnix int64  `json:"last_heartbeat_unix,omitempty"`
+	Channel           string `json:"channel,omitempty"`
 }
 
 // Store is the agent state in memory and on disk. Updates are serialised and
@@ -41,9 +40,6 @@ func Open(path string, log *slog.Logger) (*Store, error) {
 	}
 	return st, nil
 }
-
-// Path returns the file backing the store.
-func (st *Store) Path() string { return st.path }
 
 // Get returns a copy of the current state.
 func (st *Store) Get() State {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -32,11 +33,34 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	fail := func(err error) Outcome {
 		return s.recoverFrom(ctx, nil, target, fmt.Errorf("apply version %s: %w", ac.Version, err))
 	}
+	// A problem of this node's nginx, not of the version: report it, but do
+	// not blocklist the version (the operator installs the missing module
+	// and restarts the agent, and the version applies).
+	local := func(err error) Outcome {
+		s.held = target
+		cause := fmt.Errorf("apply version %s: %w", ac.Version, err)
+		if s.Ctl != nil && s.Ctl.Caps != nil {
+			// Nothing was touched; this only starts what can run (the
+			// landed config, or the fallback, which needs no Lua).
+			s.keepServing(ctx, false, cause, nil)
+		}
+		out := Outcome{Result: protocol.ResultFailed, Message: cause.Error() + " (not blocklisted: this node's nginx cannot run it until fixed and the agent restarted)"}
+		s.recordFailure(out, false, target)
+		return out
+	}
 	if s.Ctl == nil || s.Ctl.Caps == nil {
-		return fail(errors.New("nginx binary not usable: " + s.ProbeErr))
+		return local(errors.New("nginx binary not usable: " + s.ProbeErr))
 	}
 	mainText, err := s.Adapter.Main(out.Main)
+	if errors.Is(err, nginx.ErrNoLua) {
+		return local(err)
+	}
 	if err != nil {
+		return fail(err)
+	}
+	// An earlier rollback that could not restore its backup left it on
+	// disk: put it back before touching anything again.
+	if err := s.restorePending(ctx); err != nil {
 		return fail(err)
 	}
 	routeText := s.Adapter.Route(out.Route)
@@ -116,12 +140,14 @@ func (s *Syncer) recoverFrom(ctx context.Context, txn *landing.Txn, target landi
 		rerr = txn.Restore()
 	}
 	out := s.keepServing(ctx, txn != nil, cause, rerr)
-	if txn != nil {
+	// The backup is the only copy of the last good files until it has been
+	// put back: keep it for the next apply or boot to retry.
+	if txn != nil && rerr == nil {
 		if err := txn.Commit(); err != nil {
 			s.Log.Warn("discard apply backup", "err", err)
 		}
 	}
-	s.block(target, out)
+	s.recordFailure(out, true, target)
 	return out
 }
 
@@ -174,23 +200,31 @@ func (s *Syncer) startFallback(ctx context.Context) error {
 		return err
 	}
 	s.Log.Warn("safe fallback runtime written: port 80 answers 503 until a valid version applies")
-	return s.Ctl.Activate(ctx)
+	if err := s.Ctl.Activate(ctx); err != nil {
+		return err
+	}
+	// The node no longer serves the version state names: forget it, so the
+	// server's version is applied again rather than taken as up to date.
+	return s.Store.Update(func(st *state.State) { st.CurrentVersion, st.CurrentChecksum = "", "" })
 }
 
-// block is stage 3: the failed version+checksum is not fetched again until
-// the server publishes something else (PROTOCOL 8.4).
-func (s *Syncer) block(target landing.Ref, out Outcome) {
+// recordFailure records a failed apply; with block it is stage 3: the
+// failed version+checksum is not fetched again until the server publishes
+// something else (PROTOCOL 8.4).
+func (s *Syncer) recordFailure(out Outcome, block bool, target landing.Ref) {
 	status := protocol.StatusHealthy
 	if out.Result == protocol.ResultFailed {
 		status = protocol.StatusUnhealthy
 	}
 	err := s.Store.Update(func(st *state.State) {
-		st.BlockedVersion, st.BlockedChecksum, st.BlockedReason = target.Version, target.Checksum, out.Message
+		if block {
+			st.BlockedVersion, st.BlockedChecksum, st.BlockedReason = target.Version, target.Checksum, out.Message
+		}
 		st.LastError = out.Message
 		st.OpenRestyStatus, st.OpenRestyMessage = status, out.Message
 	})
 	if err != nil {
-		s.Log.Error("record blocked version", "version", target.Version, "err", err)
+		s.Log.Error("record failed apply", "version", target.Version, "err", err)
 	}
 }
 

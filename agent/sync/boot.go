@@ -16,35 +16,59 @@ import (
 func (s *Syncer) Boot(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	txn, err := landing.Pending(s.BackupDir)
+	recovered, err := s.restorePendingDetail(ctx)
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
-	if txn != nil {
-		s.Log.Warn("an apply was interrupted; restoring the previous config", "from", txn.From().Version)
-		if err := txn.Restore(); err != nil {
-			return fmt.Errorf("boot: restore interrupted apply: %w", err)
-		}
-		from := txn.From()
-		if err := s.Store.Update(func(st *state.State) {
-			st.CurrentVersion, st.CurrentChecksum = from.Version, from.Checksum
-		}); err != nil {
-			return fmt.Errorf("boot: %w", err)
-		}
-		if err := s.ensure(ctx, true); err != nil {
+	if !recovered {
+		if err := s.ensure(ctx, false); err != nil {
 			return err
 		}
-		if err := txn.Commit(); err != nil {
-			return err
-		}
-		s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", true)
-		return nil
 	}
-	if err := s.ensure(ctx, false); err != nil {
-		return err
-	}
-	s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", false)
+	s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", recovered)
 	return nil
+}
+
+// restorePending puts back the backup an interrupted or failed apply left
+// on disk, records its version as current again, and has nginx load it.
+func (s *Syncer) restorePending(ctx context.Context) error {
+	_, err := s.restorePendingDetail(ctx)
+	return err
+}
+
+func (s *Syncer) restorePendingDetail(ctx context.Context) (bool, error) {
+	txn, err := landing.Pending(s.BackupDir)
+	if err != nil || txn == nil {
+		return false, err
+	}
+	from := txn.From()
+	s.Log.Warn("an apply was interrupted or could not be rolled back; restoring the previous config", "from", from.Version)
+	if err := txn.Restore(); err != nil {
+		return false, fmt.Errorf("restore the previous config: %w", err)
+	}
+	if err := s.Store.Update(func(st *state.State) {
+		st.CurrentVersion, st.CurrentChecksum = from.Version, from.Checksum
+	}); err != nil {
+		return false, err
+	}
+	if err := s.ensure(ctx, true); err != nil {
+		return false, err
+	}
+	return true, txn.Commit()
+}
+
+// Down reports whether nginx should be running the landed config but is
+// not (it crashed, was killed, or never came up).
+func (s *Syncer) Down() bool {
+	return s.Ctl != nil && s.Ctl.Caps != nil && fileExists(s.Paths.Main) && !s.Ctl.Running()
+}
+
+// Ensure starts nginx from the landed config if it is not running (or the
+// fallback when that config no longer starts), serialised with applies.
+func (s *Syncer) Ensure(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ensure(ctx, false)
 }
 
 // ensure makes nginx run the landed config: started when not running,
@@ -94,5 +118,18 @@ func (s *Syncer) Restart(ctx context.Context) error {
 	if !fileExists(s.Paths.Main) {
 		return fmt.Errorf("restart: no landed config at %s", s.Paths.Main)
 	}
-	return s.Ctl.Restart(ctx)
+	err := s.Ctl.Restart(ctx)
+	if err != nil && !s.Ctl.Running() {
+		// The old master is gone and the new one did not come up: never
+		// leave the node dark.
+		if eerr := s.ensure(ctx, false); eerr != nil {
+			err = fmt.Errorf("%w; and starting again failed: %v", err, eerr)
+		}
+	}
+	if err != nil {
+		if uerr := s.Store.Update(func(st *state.State) { st.LastError = "nginx restart: " + err.Error() }); uerr != nil {
+			s.Log.Error("record restart error", "err", uerr)
+		}
+	}
+	return err
 }

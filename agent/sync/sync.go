@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	gosync "sync"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/controlplane"
 	"github.com/openflare/openflare-agent/agent/landing"
@@ -55,7 +56,20 @@ type Syncer struct {
 	AfterApply func(ctx context.Context, wafConfigJSON string)
 
 	mu gosync.Mutex
+	// held is a version this node's nginx cannot run (no Lua, no binary):
+	// not blocklisted on disk, but not retried until the agent restarts.
+	held landing.Ref
+	// renderFailed spaces out retries of a version that does not render:
+	// fetching up to 64 MiB every beat to fail again helps nobody.
+	renderFailed struct {
+		ref landing.Ref
+		at  time.Time
+		err error
+	}
 }
+
+// renderRetry is how long a version that failed to render is left alone.
+const renderRetry = time.Minute
 
 // Sync brings the node to target (nil: the heartbeat named no active
 // version). Errors are also recorded as last_error for the next beat.
@@ -85,6 +99,7 @@ func normalise(t *protocol.ConfigRef) *protocol.ConfigRef {
 
 func (s *Syncer) sync(ctx context.Context, target *protocol.ConfigRef, mode Mode) error {
 	if mode == Force {
+		s.held = landing.Ref{}
 		if err := s.Store.Update(func(st *state.State) {
 			st.BlockedVersion, st.BlockedChecksum, st.BlockedReason = "", "", ""
 		}); err != nil {
@@ -96,6 +111,9 @@ func (s *Syncer) sync(ctx context.Context, target *protocol.ConfigRef, mode Mode
 	}
 	if target != nil && s.skip(*target, mode) {
 		return nil
+	}
+	if rf := s.renderFailed; target != nil && mode == Normal && rf.ref == (landing.Ref{Version: target.Version, Checksum: target.Checksum}) && time.Since(rf.at) < renderRetry {
+		return rf.err
 	}
 	ac, err := s.CP.ActiveConfig(ctx)
 	if err != nil {
@@ -115,7 +133,9 @@ func (s *Syncer) sync(ctx context.Context, target *protocol.ConfigRef, mode Mode
 	}
 	out, err := render.Render(ac.SourceConfigJSON, ac.SupportFiles)
 	if err != nil {
-		return fmt.Errorf("render version %s: %w", ac.Version, err)
+		err = fmt.Errorf("render version %s: %w", ac.Version, err)
+		s.renderFailed.ref, s.renderFailed.at, s.renderFailed.err = landing.Ref{Version: ac.Version, Checksum: ac.Checksum}, time.Now(), err
+		return err
 	}
 	prev := s.Store.Get()
 	outcome := s.apply(ctx, &ac, out, mode != Normal)
@@ -126,14 +146,22 @@ func (s *Syncer) sync(ctx context.Context, target *protocol.ConfigRef, mode Mode
 		}
 	}
 	s.Log.Info("apply finished", "version", ac.Version, "result", outcome.Result, "reloaded", outcome.Reloaded, "message", outcome.Message)
+	if ids, _ := render.PagesProjectIDs(ac.SourceConfigJSON); len(ids) > 0 && outcome.Result == protocol.ResultSuccess {
+		s.Log.Warn("the version has Pages routes; this agent does not download Pages packages yet", "projects", ids)
+		outcome.Message += fmt.Sprintf("; Pages content for projects %v is not synced by this agent", ids)
+	}
+	var reportErr error
 	repeat := outcome.Result == protocol.ResultSuccess && prev.CurrentVersion == ac.Version && prev.CurrentChecksum == ac.Checksum
 	if !repeat {
-		if err := s.report(ctx, &ac, out, outcome); err != nil {
-			return err
-		}
+		reportErr = s.report(ctx, &ac, out, outcome)
 	}
+	// The IP groups are synced even if the report failed: without them a
+	// referenced deny list is off.
 	if outcome.Result != protocol.ResultFailed && s.AfterApply != nil {
 		s.AfterApply(ctx, wafConfig(out))
+	}
+	if reportErr != nil {
+		return reportErr
 	}
 	if outcome.Result != protocol.ResultSuccess {
 		return fmt.Errorf("%s", outcome.Message)
@@ -145,6 +173,9 @@ func (s *Syncer) sync(ctx context.Context, target *protocol.ConfigRef, mode Mode
 // normal mode) already current. Being current also clears a stale block and
 // the last error.
 func (s *Syncer) skip(ref protocol.ConfigRef, mode Mode) bool {
+	if s.held == (landing.Ref{Version: ref.Version, Checksum: ref.Checksum}) {
+		return true
+	}
 	st := s.Store.Get()
 	if mode != Force && st.BlockedVersion == ref.Version && st.BlockedChecksum == ref.Checksum {
 		s.Log.Debug("active version is blocked locally; not fetching", "version", ref.Version)

@@ -35,11 +35,15 @@ local POW_API_PREFIX = "/.within.website/x/cmd/anubis/api/"
 local POW_STATIC_PREFIX = "/.within.website/x/cmd/anubis/static/"
 
 -- Node types the server can emit that this agent does not evaluate yet, and
--- the handle each one takes instead.
+-- the handle each one takes instead: the one that lets the request through.
+-- geo_match answers "matched?" (false: not caught); ua_check and
+-- security_check answer "passed?" (true: acceptable, clean), because their
+-- false edge is normally wired to a block and would refuse every visitor;
+-- pow continues as if the challenge were solved.
 local UNSUPPORTED = {
     geo_match = "false",
-    ua_check = "false",
-    security_check = "false",
+    ua_check = "true",
+    security_check = "true",
     pow = "next",
 }
 
