@@ -309,3 +309,36 @@ func TestStatusCheckAndRestart(t *testing.T) {
 		t.Fatalf("check passed a broken landed config:\n%s", out)
 	}
 }
+
+// nginx stopped behind the agent's back (crash, OOM kill, an operator) is
+// started again from the landed config without the server's help.
+func TestDeadNginxRestarted(t *testing.T) {
+	cp := controlPlane(t)
+	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
+	n := newNode(t, cp, nil)
+	n.start()
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	waitServes(t, "app.test", "/", "origin-ok v1")
+	if err := cp.SetDown(true); err != nil {
+		t.Fatal(err)
+	}
+	n.stopNginx()
+	waitServes(t, "app.test", "/", "origin-ok v1")
+}
+
+// Stopping the agent (SIGTERM) in the middle of an apply lets the apply
+// finish: the version lands and is not blocklisted as failed.
+func TestStopDuringApply(t *testing.T) {
+	cp := controlPlane(t)
+	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
+	n := newNode(t, cp, nil)
+	n.start()
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	v2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v2"))}})
+	n.waitLog(`msg="apply: staged copy validated" version=`+v2.Version, 30*time.Second)
+	n.stop()
+	waitServes(t, "app.test", "/", "origin-ok v2")
+	if st := n.state(); st.CurrentVersion != v2.Version || st.BlockedVersion != "" {
+		t.Fatalf("state after a stop mid-apply: %+v", st)
+	}
+}
