@@ -10,6 +10,13 @@
 # The unit and the init script are taken from systemd/ and openwrt/ next to
 # this script, as in the release archive.
 #
+# The data directory is /var/lib/openflare, or /etc/openflare/data on
+# OpenWrt, where /var is a tmpfs: there the config, state and backups stay
+# on flash while agent.json's access_log_path puts nginx's logs, pid, temp
+# files and cache (derived from /var/log/openflare/access.log: under /var)
+# in RAM. The data directory is given recursively to the agent's user, so
+# / and top-level or system directories are refused.
+#
 # Tokens can come from OPENFLARE_AGENT_TOKEN or OPENFLARE_DISCOVERY_TOKEN
 # instead of the command line, which keeps them out of the process list.
 # They are never printed.
@@ -37,7 +44,8 @@ usage: install.sh --binary PATH [options]
   --agent-token TOKEN      an existing node's token (or OPENFLARE_AGENT_TOKEN)
   --node-name NAME         node name (default: the host name)
   --openresty-path PATH    nginx or OpenResty binary (default: openresty on PATH)
-  --data-dir DIR           the agent's data directory (default: /var/lib/openflare)
+  --data-dir DIR           the agent's data directory (default: /var/lib/openflare,
+                           on OpenWrt /etc/openflare/data)
   --root DIR               install under DIR instead of / (nothing is started)
 EOF
 }
@@ -202,6 +210,65 @@ END {
 # json_get FILE KEY: the raw JSON value of a top-level key ("" if absent).
 json_get() { awk -v want="$2" "$json_members_awk" "$1"; }
 
+# --- Data directory checks. ---
+
+# clean_path PATH: absolute PATH without repeated or trailing slashes and
+# "." components. Fails on a ".." component, which only the file system
+# could resolve.
+clean_path() (
+	set -f
+	IFS=/
+	out=''
+	for c in $1; do
+		case $c in
+		'' | .) ;;
+		..) exit 1 ;;
+		*) out="$out/$c" ;;
+		esac
+	done
+	printf '%s\n' "${out:-/}"
+)
+
+# data_dir_problem DIR: why the clean absolute DIR cannot be the data
+# directory, or nothing. The installer runs chown -R on the data directory,
+# so it must be a directory of the agent's own, never a tree of the system
+# (the directory itself: paths below such a tree are fine). Every top-level
+# directory is refused; the system ones are named for a clearer message.
+data_dir_problem() {
+	case $1 in
+	/) echo "the root directory" ;;
+	/usr/local | /usr/bin | /usr/sbin | /usr/lib | /usr/lib32 | /usr/lib64 | /usr/libx32 | /usr/libexec | /usr/share | /usr/include | \
+		/var/lib | /var/log | /var/cache | /var/tmp | /var/spool | /var/run | /var/lock | /var/www) echo "a system directory" ;;
+	/*/*) ;;
+	/usr | /etc | /var | /bin | /sbin | /lib | /lib32 | /lib64 | /libx32 | /boot | /dev | /proc | /sys | /run | \
+		/home | /root | /srv | /opt | /tmp) echo "a system directory" ;;
+	*) echo "a top-level directory" ;;
+	esac
+}
+
+# check_data_dir DIR SOURCE: die, before anything is changed, unless DIR
+# may be the data directory. SOURCE says where DIR came from.
+check_data_dir() {
+	case $1 in
+	/*) ;;
+	*) die "data_dir $1 ($2) is not an absolute path; nothing changed" ;;
+	esac
+	cd_clean=$(clean_path "$1") || die "data_dir $1 ($2) has a .. component: give the plain path; nothing changed"
+	why=$(data_dir_problem "$cd_clean")
+	# An existing directory is also checked where it really is: a symlink
+	# to / or /usr must not get chown -R either.
+	if [ -z "$why" ] && [ -d "$prefix$cd_clean" ]; then
+		phys=$(cd -P "$prefix$cd_clean" && pwd -P) || die "data_dir $1 ($2): cannot resolve it; nothing changed"
+		case $phys in
+		"$prefix") phys=/ ;;
+		"$prefix"/*) phys=${phys#"$prefix"} ;;
+		esac
+		why=$(data_dir_problem "$phys")
+		[ -z "$why" ] || why="$why ($phys)"
+	fi
+	[ -z "$why" ] || die "data_dir $1 ($2) is $why: the installer gives the data directory recursively to the agent's user, so it must be a directory of its own such as /var/lib/openflare or /etc/openflare/data; nothing changed"
+}
+
 # --- Where things go. ---
 if [ -f "$prefix/etc/openwrt_release" ]; then
 	platform=openwrt
@@ -223,12 +290,14 @@ existing_token=''
 existing_data_dir=''
 existing_server_url=''
 existing_discovery=''
+existing_access_log=''
 if [ -f "$prefix$conf" ]; then
 	json_get "$prefix$conf" server_url >/dev/null || die "$conf is not a JSON object: fix or remove it"
 	existing_token=$(json_get "$prefix$conf" agent_token)
 	existing_discovery=$(json_get "$prefix$conf" discovery_token)
 	existing_server_url=$(json_get "$prefix$conf" server_url)
 	existing_data_dir=$(json_get "$prefix$conf" data_dir)
+	existing_access_log=$(json_get "$prefix$conf" access_log_path)
 fi
 has_value() { [ -n "$1" ] && [ "$1" != '""' ] && [ "$1" != null ]; }
 
@@ -252,11 +321,19 @@ fi
 [ -z "$server_url" ] || drop="$drop server_url"
 [ -z "$node_name" ] || drop="$drop node_name"
 [ -z "$openresty_path" ] || drop="$drop openresty_path"
+# The data directory the agent uses now, when it has an agent.json: without
+# data_dir it is data/ beside agent.json.
+current_data_dir=''
+[ ! -f "$prefix$conf" ] || current_data_dir=$conf_dir/data
+if has_value "$existing_data_dir"; then
+	current_data_dir=${existing_data_dir#\"}
+	current_data_dir=${current_data_dir%\"}
+fi
 if [ -n "$data_dir" ]; then
 	drop="$drop data_dir"
+	check_data_dir "$data_dir" "--data-dir"
 elif has_value "$existing_data_dir"; then
-	data_dir=${existing_data_dir#\"}
-	data_dir=${data_dir%\"}
+	data_dir=$current_data_dir
 	case $data_dir in
 	/*) ;;
 	*) die "data_dir in $conf is not an absolute path; pass --data-dir" ;;
@@ -264,9 +341,39 @@ elif has_value "$existing_data_dir"; then
 	case $data_dir in
 	*\\*) die "data_dir in $conf has escapes; pass --data-dir" ;;
 	esac
+	check_data_dir "$data_dir" "from $conf; pass --data-dir"
+elif [ "$platform" = openwrt ]; then
+	# /var is a tmpfs on OpenWrt: the data directory goes on flash.
+	data_dir=/etc/openflare/data
+	drop="$drop data_dir"
 else
 	data_dir=/var/lib/openflare
 	drop="$drop data_dir"
+fi
+
+# On OpenWrt nginx's access log, and with it its error log, pid, temp files
+# and cache (the agent puts them under the directory three levels above the
+# access log: /var), go to RAM rather than wearing the flash. An
+# access_log_path already in agent.json is kept. So is the layout of an
+# installed agent whose data directory stays the same: moving the pid file
+# from under a running nginx would make the agent lose it.
+access_log_path=''
+if [ "$platform" = openwrt ]; then
+	data_in_ram=false
+	case $data_dir/ in
+	/var/* | /tmp/*) data_in_ram=true ;;
+	esac
+	if has_value "$existing_access_log"; then
+		:
+	elif [ ! -f "$prefix$conf" ] || [ "$data_dir" != "$current_data_dir" ]; then
+		access_log_path=/var/log/openflare/access.log
+		drop="$drop access_log_path"
+	elif ! $data_in_ram; then
+		say "note: agent.json sets no access_log_path, so nginx's logs, pid, temp files and cache stay on flash under $data_dir/var; left so under a running nginx (see cross/README.md)"
+	fi
+	if $data_in_ram; then
+		say "warning: data_dir $data_dir is in RAM on OpenWrt (/var and /tmp are tmpfs): the landed config, state and backups are lost at every reboot; to keep them, stop the agent and nginx and re-run with --data-dir /etc/openflare/data"
+	fi
 fi
 
 mkdir -p "$prefix$conf_dir" "$prefix$data_dir" "$prefix$bin_dir"
@@ -278,7 +385,7 @@ write_conf() {
 	sep=''
 	{
 		printf '{\n'
-		for key in server_url agent_token discovery_token node_name openresty_path data_dir; do
+		for key in server_url agent_token discovery_token node_name openresty_path data_dir access_log_path; do
 			case " $drop " in *" $key "*) ;; *) continue ;; esac
 			case $key in
 			server_url) v=$server_url ;;
@@ -287,6 +394,7 @@ write_conf() {
 			node_name) v=$node_name ;;
 			openresty_path) v=$openresty_path ;;
 			data_dir) v=$data_dir ;;
+			access_log_path) v=$access_log_path ;;
 			esac
 			if [ "$key" = agent_token ] && [ -z "$v" ]; then
 				continue

@@ -1,9 +1,11 @@
 package wsclient
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -18,9 +20,10 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
-// dial opens the socket and performs the upgrade handshake, both within
-// o.DialTimeout. The dial is done here rather than by websocket.DialConfig so
-// that the handshake's status line can be read (see statusRecorder).
+// dial opens the socket (through the proxy Options.Proxy names, if any) and
+// performs the upgrade handshake, all within o.DialTimeout. The dial is done
+// here rather than by websocket.DialConfig so that the handshake's status
+// line can be read (see statusRecorder).
 func dial(ctx context.Context, o Options, wsURL, origin string) (*websocket.Conn, error) {
 	cfg, err := websocket.NewConfig(wsURL, origin)
 	if err != nil {
@@ -31,7 +34,7 @@ func dial(ctx context.Context, o Options, wsURL, origin string) (*websocket.Conn
 
 	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	raw, err := dialTransport(dctx, cfg.Location, o.TLSConfig)
+	raw, err := dialTransport(dctx, cfg.Location, o)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", wsURL, err)
 	}
@@ -57,31 +60,185 @@ func dial(ctx context.Context, o Options, wsURL, origin string) (*websocket.Conn
 	return ws, nil
 }
 
-// dialTransport opens the TCP (ws) or TLS (wss) connection.
-func dialTransport(ctx context.Context, u *url.URL, tlsConf *tls.Config) (net.Conn, error) {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "wss" {
-			port = "443"
-		}
+// dialTransport opens the TCP connection, directly or as a CONNECT tunnel
+// through the proxy o.Proxy names, and for wss runs TLS over it.
+func dialTransport(ctx context.Context, u *url.URL, o Options) (net.Conn, error) {
+	addr := net.JoinHostPort(u.Hostname(), portOr(u, "80", "443", "wss"))
+	proxyURL, err := proxyFor(o, u)
+	if err != nil {
+		return nil, err
 	}
-	addr := net.JoinHostPort(u.Hostname(), port)
 	nd := &net.Dialer{}
-	if u.Scheme != "wss" {
-		return nd.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	if proxyURL == nil {
+		conn, err = nd.DialContext(ctx, "tcp", addr)
+	} else {
+		o.Log.Debug("websocket dial through proxy", "proxy", proxyName(proxyURL))
+		conn, err = dialProxy(ctx, nd, proxyURL, addr, o.TLSConfig)
 	}
+	if err != nil || u.Scheme != "wss" {
+		return conn, err
+	}
+	tc := tls.Client(conn, tlsConfig(o.TLSConfig, u.Hostname()))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// tlsConfig is the client configuration for serverName: PROTOCOL 0 wants full
+// verification and has no insecure mode, and the upgrade (or a CONNECT) is
+// an HTTP/1.1 request, so no other protocol may be negotiated.
+func tlsConfig(base *tls.Config, serverName string) *tls.Config {
 	conf := new(tls.Config)
-	if tlsConf != nil {
-		conf = tlsConf.Clone()
+	if base != nil {
+		conf = base.Clone()
 	}
-	// PROTOCOL 0: full verification, no insecure mode. The upgrade is an
-	// HTTP/1.1 request, so no other protocol may be negotiated.
 	conf.InsecureSkipVerify = false
 	conf.NextProtos = nil
-	td := &tls.Dialer{NetDialer: nd, Config: conf}
-	return td.DialContext(ctx, "tcp", addr)
+	if conf.ServerName == "" {
+		conf.ServerName = serverName
+	}
+	return conf
 }
+
+// portOr returns u's port, or the default for its scheme: secure when the
+// scheme is secureScheme.
+func portOr(u *url.URL, plain, secure, secureScheme string) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if u.Scheme == secureScheme {
+		return secure
+	}
+	return plain
+}
+
+// proxyFromEnvironment is the default Options.Proxy: what the agent's HTTP
+// client uses (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, read once per process).
+func proxyFromEnvironment(u *url.URL) (*url.URL, error) {
+	return http.ProxyFromEnvironment(&http.Request{URL: u})
+}
+
+// proxyFor asks o.Proxy about the http(s) equivalent of the WebSocket URL
+// u (ws → http, wss → https), so the proxy settings and NO_PROXY apply as
+// they do to the agent's HTTP requests. Nil means a direct connection.
+func proxyFor(o Options, u *url.URL) (*url.URL, error) {
+	if o.Proxy == nil {
+		return nil, nil
+	}
+	target := &url.URL{Scheme: "http", Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	if u.Scheme == "wss" {
+		target.Scheme = "https"
+	}
+	p, err := o.Proxy(target)
+	if err != nil {
+		// The error text may quote the proxy setting, credentials and all.
+		return nil, errors.New("the proxy setting (HTTPS_PROXY, HTTP_PROXY) is not a valid URL")
+	}
+	if p == nil {
+		return nil, nil
+	}
+	switch p.Scheme {
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("proxy scheme %q is not supported for the WebSocket (want http or https)", p.Scheme)
+	}
+	if p.Hostname() == "" {
+		return nil, errors.New("the proxy setting has no host")
+	}
+	return p, nil
+}
+
+// proxyName is a proxy URL for messages: scheme and host, never user info.
+func proxyName(p *url.URL) string { return p.Scheme + "://" + p.Host }
+
+// dialProxy opens a tunnel to addr through the HTTP proxy p with CONNECT (a
+// TLS connection to the proxy first when p is https). ctx bounds it all.
+// Errors name the proxy by scheme and host only: its credentials never
+// appear.
+func dialProxy(ctx context.Context, nd *net.Dialer, p *url.URL, addr string, tlsConf *tls.Config) (net.Conn, error) {
+	name := proxyName(p)
+	password, _ := p.User.Password()
+	fail := func(err error) error {
+		return redact(fmt.Errorf("via proxy %s: %w", name, err), password)
+	}
+	conn, err := nd.DialContext(ctx, "tcp", net.JoinHostPort(p.Hostname(), portOr(p, "80", "443", "https")))
+	if err != nil {
+		return nil, fail(err)
+	}
+	if p.Scheme == "https" {
+		conf := tlsConfig(tlsConf, p.Hostname())
+		conf.ServerName = p.Hostname() // the proxy's name, not the server's
+		tc := tls.Client(conn, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = conn.Close()
+			return nil, fail(err)
+		}
+		conn = tc
+	}
+	// Writing the request and reading the answer have no timeout of their
+	// own: expiring the deadline unblocks them when ctx ends.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	tunnel, err := connect(conn, p, addr)
+	if !stop() {
+		_ = conn.Close()
+		return nil, fail(fmt.Errorf("CONNECT %s: %w", addr, context.Cause(ctx)))
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fail(err)
+	}
+	return tunnel, nil
+}
+
+// connect sends CONNECT addr on conn, with basic credentials when p has
+// user info, and reads the proxy's answer.
+func connect(conn net.Conn, p *url.URL, addr string) (net.Conn, error) {
+	req := &http.Request{
+		Method: http.MethodConnect,
+		URL:    &url.URL{Opaque: addr},
+		Host:   addr,
+		Header: make(http.Header),
+	}
+	if p.User != nil {
+		password, _ := p.User.Password()
+		cred := base64.StdEncoding.EncodeToString([]byte(p.User.Username() + ":" + password))
+		req.Header.Set("Proxy-Authorization", "Basic "+cred)
+	}
+	if err := req.Write(conn); err != nil {
+		return nil, fmt.Errorf("CONNECT %s: %w", addr, err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("CONNECT %s: reading the proxy's answer: %w", addr, err)
+	}
+	// Nothing of a refusal's body is needed; the connection is dropped.
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusProxyAuthRequired && p.User == nil:
+		return nil, fmt.Errorf("CONNECT %s: the proxy wants credentials (%s): put user:password in the proxy URL", addr, resp.Status)
+	case resp.StatusCode == http.StatusProxyAuthRequired:
+		return nil, fmt.Errorf("CONNECT %s: the proxy rejected the credentials in the proxy URL (%s)", addr, resp.Status)
+	case resp.StatusCode/100 != 2:
+		return nil, fmt.Errorf("CONNECT %s: the proxy answered %q instead of 200", addr, resp.Status)
+	}
+	if br.Buffered() > 0 {
+		// Bytes past the proxy's answer already belong to the tunnel.
+		return &bufferedConn{Conn: conn, r: br}, nil
+	}
+	return conn, nil
+}
+
+// bufferedConn reads what the bufio.Reader holds before the connection.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // handshakeError turns websocket's bare "bad status" into something an
 // operator can act on: a 401 means the node token was rejected.

@@ -3,6 +3,7 @@ package wsclient
 import (
 	"crypto/tls"
 	"log/slog"
+	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -22,8 +23,9 @@ type Options struct {
 	Token        string
 	AgentVersion string // sent as User-Agent "openflare-agent/<v>"
 
-	// DialTimeout bounds the TCP/TLS dial plus the upgrade handshake
-	// (request_timeout). Zero means DefaultDialTimeout.
+	// DialTimeout bounds the TCP/TLS dial, through the proxy if there is
+	// one, plus the upgrade handshake (request_timeout). Zero means
+	// DefaultDialTimeout.
 	DialTimeout time.Duration
 	// ReadDeadline: no inbound frame for this long means the connection is
 	// half-open. Zero means max(6 × DialTimeout, 75 s), as upstream.
@@ -42,9 +44,18 @@ type Options struct {
 	MaxFrame int
 	// Log receives connection events; nil discards them.
 	Log *slog.Logger
-	// TLSConfig is used for wss; nil means system roots. Certificate
-	// verification is always on (PROTOCOL 0 has no insecure mode).
+	// TLSConfig is used for wss (and an https proxy); nil means system
+	// roots. Certificate verification is always on (PROTOCOL 0 has no
+	// insecure mode).
 	TLSConfig *tls.Config
+	// Proxy returns the proxy for a request to the given URL, as
+	// http.Transport.Proxy does; it is asked about the http(s) equivalent
+	// of the WebSocket URL (ws → http, wss → https), and a nil URL means a
+	// direct connection. The WebSocket then goes through an HTTP CONNECT
+	// tunnel (http or https proxy URL; user info becomes basic
+	// Proxy-Authorization). Nil means http.ProxyFromEnvironment (HTTP_PROXY,
+	// HTTPS_PROXY, NO_PROXY), as for the agent's HTTP requests.
+	Proxy func(*url.URL) (*url.URL, error)
 	// Stats counts ignored inbound frames; nil means they are not counted.
 	Stats *Stats
 }
@@ -74,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Stats == nil {
 		o.Stats = new(Stats)
+	}
+	if o.Proxy == nil {
+		o.Proxy = proxyFromEnvironment
 	}
 	return o
 }

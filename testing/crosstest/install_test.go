@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/config"
+	"github.com/openflare/openflare-agent/agent/landing"
 )
 
 // The tools install.sh may use. PATH holds only these, so neither systemctl
@@ -111,6 +112,13 @@ func (in *installer) run(env []string, args ...string) (string, bool) {
 		}
 	}
 	return string(out), err == nil
+}
+
+// with is the installer for subtest t.
+func (in *installer) with(t *testing.T) *installer {
+	c := *in
+	c.t = t
+	return &c
 }
 
 // mustRun runs the installer into root and fails the test unless it succeeds.
@@ -369,13 +377,7 @@ func TestInstallKeepsRegisteredToken(t *testing.T) {
 // --data-dir lands in agent.json.
 func TestInstallOpenWrt(t *testing.T) {
 	forEachUserland(t, func(t *testing.T, in *installer) {
-		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, "etc/openwrt_release"), []byte("DISTRIB_ID='OpenWrt'\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		root := openWrtRoot(t)
 		in.mustRun(root, nil, "--server-url", "https://openflare.example.com", "--agent-token", agentToken, "--data-dir", "/srv/openflare")
 		if modeOf(t, filepath.Join(root, "usr/bin/openflare-agent")) != 0o755 {
 			t.Error("binary not installed 0755 in /usr/bin")
@@ -394,6 +396,9 @@ func TestInstallOpenWrt(t *testing.T) {
 		m, cfg := readConf(t, filepath.Join(root, "etc/openflare/agent.json"))
 		if cfg.AgentToken != agentToken || cfg.DataDir != "/srv/openflare" || m["discovery_token"] != "" {
 			t.Errorf("agent.json %v", m)
+		}
+		if m["access_log_path"] != "/var/log/openflare/access.log" {
+			t.Errorf("access_log_path %v, want nginx's logs in RAM", m["access_log_path"])
 		}
 		if modeOf(t, filepath.Join(root, "srv/openflare")) != 0o750 {
 			t.Error("data dir not created 0750")
@@ -414,4 +419,208 @@ func TestInstallDataDirInUnit(t *testing.T) {
 	if !strings.Contains(string(unit), "\nReadWritePaths=/srv/edge|data /etc/openflare\n") || strings.Contains(string(unit), "/var/lib/openflare") {
 		t.Fatalf("unit does not use the data dir:\n%s", unit)
 	}
+}
+
+// openWrtRoot is an empty install root that looks like OpenWrt.
+func openWrtRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/openwrt_release"), []byte("DISTRIB_ID='OpenWrt'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// writeConf puts an agent.json into root, as an earlier install left it.
+func writeConf(t *testing.T, root, content string) string {
+	t.Helper()
+	conf := filepath.Join(root, "etc/openflare/agent.json")
+	if err := os.MkdirAll(filepath.Dir(conf), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+// On OpenWrt /var is a tmpfs: by default the data directory goes on flash
+// (/etc/openflare/data) and nginx's logs, pid, temp files and cache, which
+// the agent derives from the access log, go to RAM under /var.
+func TestInstallOpenWrtDefaults(t *testing.T) {
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		root := openWrtRoot(t)
+		out := in.mustRun(root, nil, "--server-url", "https://openflare.example.com", "--agent-token", agentToken)
+		if strings.Contains(out, "warning") || strings.Contains(out, "note") {
+			t.Errorf("a fresh install warns:\n%s", out)
+		}
+		conf := filepath.Join(root, "etc/openflare/agent.json")
+		m, cfg := readConf(t, conf)
+		if m["data_dir"] != "/etc/openflare/data" || m["access_log_path"] != "/var/log/openflare/access.log" {
+			t.Fatalf("agent.json %v", m)
+		}
+		if modeOf(t, filepath.Join(root, "etc/openflare/data")) != 0o750 {
+			t.Error("data dir not created 0750")
+		}
+		if _, err := os.Stat(filepath.Join(root, "var")); err == nil {
+			t.Error("the OpenWrt install created /var")
+		}
+		// What stays on flash and what goes to RAM, as the agent sees it.
+		for what, p := range map[string]string{"state": cfg.StatePath, "main config": cfg.MainConfigPath, "runtime config": cfg.RuntimeConfigDir} {
+			if !strings.HasPrefix(p, "/etc/openflare/data/") {
+				t.Errorf("%s at %s, not under /etc/openflare/data", what, p)
+			}
+		}
+		paths := landing.FromConfig(cfg)
+		for what, p := range map[string]string{"error log": paths.ErrorLog, "pid": paths.PID, "temp": paths.TempDir, "proxy cache": paths.ProxyCache} {
+			if !strings.HasPrefix(p, "/var/") {
+				t.Errorf("nginx %s at %s, not under /var", what, p)
+			}
+		}
+		if paths.PID != "/var/run/nginx.pid" {
+			t.Errorf("pid %s", paths.PID)
+		}
+
+		before := tree(t, root)
+		out = in.mustRun(root, nil)
+		if after := tree(t, root); !reflect.DeepEqual(after, before) {
+			t.Fatalf("second run changed the tree:\nbefore %v\nafter  %v", before, after)
+		}
+		if strings.Contains(out, "warning") || strings.Contains(out, "note") {
+			t.Errorf("second run warns:\n%s", out)
+		}
+	})
+}
+
+// An OpenWrt node installed earlier keeps its data directory and nginx
+// layout (moving the pid file from under a running nginx would lose it),
+// with a warning when that directory is in RAM. Moving the data directory
+// brings nginx's files to RAM with it; an access_log_path of the
+// operator's is kept.
+func TestInstallOpenWrtUpgrade(t *testing.T) {
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		root := openWrtRoot(t)
+		conf := writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "data_dir": "/var/lib/openflare"}`)
+		out := in.mustRun(root, nil)
+		if !strings.Contains(out, "warning: data_dir /var/lib/openflare is in RAM") || !strings.Contains(out, "--data-dir /etc/openflare/data") {
+			t.Errorf("no warning about a data_dir in RAM:\n%s", out)
+		}
+		m, _ := readConf(t, conf)
+		if _, ok := m["access_log_path"]; ok || m["data_dir"] != "/var/lib/openflare" {
+			t.Errorf("layout of the installed agent changed: %v", m)
+		}
+
+		out = in.mustRun(root, nil, "--data-dir", "/etc/openflare/data")
+		if strings.Contains(out, "warning") {
+			t.Errorf("warns about a data_dir on flash:\n%s", out)
+		}
+		m, _ = readConf(t, conf)
+		if m["data_dir"] != "/etc/openflare/data" || m["access_log_path"] != "/var/log/openflare/access.log" {
+			t.Errorf("agent.json after moving the data directory: %v", m)
+		}
+
+		// On flash without access_log_path, and staying there: a note.
+		writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "data_dir": "/srv/openflare"}`)
+		out = in.mustRun(root, nil)
+		if !strings.Contains(out, "note: agent.json sets no access_log_path") {
+			t.Errorf("no note about nginx's files on flash:\n%s", out)
+		}
+		if m, _ = readConf(t, conf); m["data_dir"] != "/srv/openflare" {
+			t.Errorf("data_dir %v", m["data_dir"])
+		}
+
+		writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "access_log_path": "/mnt/usb/log/openflare/access.log"}`)
+		in.mustRun(root, nil, "--data-dir", "/mnt/usb/openflare")
+		if m, _ = readConf(t, conf); m["access_log_path"] != "/mnt/usb/log/openflare/access.log" || m["data_dir"] != "/mnt/usb/openflare" {
+			t.Errorf("operator's access_log_path not kept: %v", m)
+		}
+	})
+}
+
+// badDataDirs are data directories the installer must refuse: it would run
+// chown -R on them.
+var badDataDirs = []string{
+	"/", "//", "/.", "/usr", "/usr/", "//usr/./", "/etc", "/var", "/var/", "/bin", "/sbin", "/lib", "/lib64",
+	"/boot", "/dev", "/proc", "/sys", "/run", "/home", "/root", "/srv", "/opt", "/tmp", "/data", "/openflare",
+	"/usr/local", "/usr/lib", "/var/lib", "/var/log", "/srv/../usr", "/var/lib/openflare/..",
+}
+
+// A data directory that is /, a top-level or a system directory is refused
+// before anything changes, from --data-dir and from an existing agent.json;
+// directories below them are fine.
+func TestInstallRefusesSystemDataDir(t *testing.T) {
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		args := []string{"--server-url", "https://openflare.example.com", "--agent-token", agentToken}
+		for _, dir := range append(badDataDirs, "relative/openflare") {
+			t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+				t.Parallel()
+				in := in.with(t)
+				want := "data_dir " + dir + " (--data-dir) "
+				if !strings.HasPrefix(dir, "/") {
+					want = "--data-dir must be an absolute path"
+				}
+				root := t.TempDir()
+				out, ok := in.run(nil, append([]string{"--root", root, "--binary", in.binary, "--data-dir", dir}, args...)...)
+				if ok || !strings.Contains(out, want) {
+					t.Errorf("--data-dir %s: ok=%v, want %q\n%s", dir, ok, want, out)
+				}
+				if got := tree(t, root); len(got) != 0 {
+					t.Errorf("--data-dir %s: files installed: %v", dir, got)
+				}
+
+				root = t.TempDir()
+				conf := writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "data_dir": "`+dir+`"}`)
+				before := tree(t, root)
+				out, ok = in.run(nil, "--root", root, "--binary", in.binary)
+				if ok || !strings.Contains(out, "data_dir") || !strings.Contains(out, "/etc/openflare/agent.json") || !strings.Contains(out, "pass --data-dir") {
+					t.Errorf("data_dir %s in agent.json: ok=%v\n%s", dir, ok, out)
+				}
+				if after := tree(t, root); !reflect.DeepEqual(after, before) {
+					t.Errorf("data_dir %s in agent.json: the tree changed:\nbefore %v\nafter  %v", dir, before, after)
+				}
+				// --data-dir overrides a bad one in agent.json.
+				in.mustRun(root, nil, "--data-dir", "/var/lib/openflare")
+				if m, _ := readConf(t, conf); m["data_dir"] != "/var/lib/openflare" {
+					t.Errorf("data_dir %v after --data-dir", m["data_dir"])
+				}
+			})
+		}
+
+		// A symlink to / or to a system directory is refused by where it leads.
+		root := t.TempDir()
+		for name, target := range map[string]string{"opt/openflare": root, "srv/openflare": filepath.Join(root, "usr"), "srv/edge": "/usr"} {
+			if err := os.MkdirAll(filepath.Join(root, "usr"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(root, name)
+			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			before := tree(t, root)
+			out, ok := in.run(nil, append([]string{"--root", root, "--binary", in.binary, "--data-dir", "/" + name}, args...)...)
+			if ok || !strings.Contains(out, "nothing changed") {
+				t.Errorf("--data-dir /%s (a symlink to %s): ok=%v\n%s", name, target, ok, out)
+			}
+			if after := tree(t, root); !reflect.DeepEqual(after, before) {
+				t.Errorf("--data-dir /%s: the tree changed", name)
+			}
+		}
+
+		for _, dir := range []string{"/etc/openflare/data", "/var/lib/openflare", "/srv/openflare", "/opt/openflare/data", "/usr/local/openflare", "/home/openflare"} {
+			root := t.TempDir()
+			in.mustRun(root, nil, append([]string{"--data-dir", dir}, args...)...)
+			if m, _ := readConf(t, filepath.Join(root, "etc/openflare/agent.json")); m["data_dir"] != dir {
+				t.Errorf("data_dir %v, want %s", m["data_dir"], dir)
+			}
+			if modeOf(t, filepath.Join(root, dir)) != 0o750 {
+				t.Errorf("%s not created 0750", dir)
+			}
+		}
+	})
 }
