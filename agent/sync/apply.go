@@ -60,7 +60,7 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	}
 	// An earlier rollback that could not restore its backup left it on
 	// disk: put it back before touching anything again.
-	if err := s.restorePending(ctx); err != nil {
+	if _, err := s.restorePending(ctx); err != nil {
 		return fail(err)
 	}
 	routeText := s.Adapter.Route(out.Route)

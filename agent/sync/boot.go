@@ -16,7 +16,7 @@ import (
 func (s *Syncer) Boot(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recovered, err := s.restorePendingDetail(ctx)
+	recovered, err := s.restorePending(ctx)
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
@@ -30,13 +30,9 @@ func (s *Syncer) Boot(ctx context.Context) error {
 }
 
 // restorePending puts back the backup an interrupted or failed apply left
-// on disk, records its version as current again, and has nginx load it.
-func (s *Syncer) restorePending(ctx context.Context) error {
-	_, err := s.restorePendingDetail(ctx)
-	return err
-}
-
-func (s *Syncer) restorePendingDetail(ctx context.Context) (bool, error) {
+// on disk, records its version as current again, and has nginx load it. It
+// reports whether there was one.
+func (s *Syncer) restorePending(ctx context.Context) (bool, error) {
 	txn, err := landing.Pending(s.BackupDir)
 	if err != nil || txn == nil {
 		return false, err

@@ -52,11 +52,7 @@ var badTemplate = strings.Replace(controlplane.StockMainTemplate, "server_tokens
 func TestBadVersionRollsBack(t *testing.T) {
 	cp := controlPlane(t)
 	o1, o3 := origin(t, "v1"), origin(t, "v3")
-	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o1)}})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
-	waitServes(t, "app.test", "/", "origin-ok v1")
+	n, v1 := servingNode(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o1)}}, "app.test", "origin-ok v1")
 
 	v2 := publish(t, cp, controlplane.Source{
 		Routes:    []controlplane.Route{proxyRoute(1, "app.test", o3)},
@@ -95,11 +91,7 @@ func TestBadVersionRollsBack(t *testing.T) {
 func TestReloadFailureRestoresBackup(t *testing.T) {
 	cp := controlPlane(t)
 	o := origin(t, "v1")
-	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o)}})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
-	waitServes(t, "app.test", "/", "origin-ok v1")
+	n, _ := servingNode(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o)}}, "app.test", "origin-ok v1")
 
 	ln, err := net.Listen("tcp", "127.0.0.1:8443")
 	if err != nil {
@@ -169,11 +161,7 @@ func TestFirstDeploymentBadStartsFallback(t *testing.T) {
 // from the last landed config before the agent talks to the server.
 func TestBootWithServerDown(t *testing.T) {
 	cp := controlPlane(t)
-	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
-	waitServes(t, "app.test", "/", "origin-ok v1")
+	n, _ := appV1(t, cp)
 	n.stop()
 	n.stopNginx() // a reboot
 	if r := get("app.test", "/"); r.err == nil {
@@ -258,11 +246,7 @@ func hasEvent(p protocol.NodePayload, typ string) bool {
 // nginx once, and the route keeps serving.
 func TestStatusCheckAndRestart(t *testing.T) {
 	cp := controlPlane(t)
-	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
-	waitServes(t, "app.test", "/", "origin-ok v1")
+	n, v1 := appV1(t, cp)
 	master := n.nginxPID()
 
 	nodeID := cp.Nodes()[0].NodeID
@@ -314,11 +298,7 @@ func TestStatusCheckAndRestart(t *testing.T) {
 // started again from the landed config without the server's help.
 func TestDeadNginxRestarted(t *testing.T) {
 	cp := controlPlane(t)
-	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
-	waitServes(t, "app.test", "/", "origin-ok v1")
+	n, _ := appV1(t, cp)
 	if err := cp.SetDown(true); err != nil {
 		t.Fatal(err)
 	}

@@ -478,3 +478,21 @@ func listen(t *testing.T, addr string) net.Listener {
 	t.Cleanup(func() { ln.Close() })
 	return ln
 }
+
+// servingNode publishes src, starts a node and waits until the version's
+// success apply log arrives and http://host/ serves a body containing want.
+func servingNode(t *testing.T, cp *controlplane.Server, src controlplane.Source, host, want string, support ...protocol.SupportFile) (*node, protocol.ConfigRef) {
+	t.Helper()
+	ref := publish(t, cp, src, support...)
+	n := newNode(t, cp, nil)
+	n.start()
+	waitApplyLog(t, cp, ref.Version, protocol.ResultSuccess)
+	waitServes(t, host, "/", want)
+	return n, ref
+}
+
+// appV1 is the common start: app.test proxied to an origin answering "v1".
+func appV1(t *testing.T, cp *controlplane.Server) (*node, protocol.ConfigRef) {
+	t.Helper()
+	return servingNode(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}}, "app.test", "origin-ok v1")
+}

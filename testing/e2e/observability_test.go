@@ -40,12 +40,7 @@ func countPaths(cp *controlplane.Server, prefix string) map[string]int {
 // servedNode publishes one route and starts a node serving it.
 func servedNode(t *testing.T, cp *controlplane.Server, host string) *node {
 	t.Helper()
-	o := origin(t, "obs")
-	v := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, host, o)}, OpenResty: noErrorPages})
-	n := newNode(t, cp, nil)
-	n.start()
-	waitApplyLog(t, cp, v.Version, protocol.ResultSuccess)
-	waitServes(t, host, "/", "origin-ok obs")
+	n, _ := servingNode(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, host, origin(t, "obs"))}, OpenResty: noErrorPages}, host, "origin-ok obs")
 	return n
 }
 
