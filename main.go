@@ -25,6 +25,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/nginx"
+	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 )
@@ -156,9 +157,24 @@ func check(configPath string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nnginx: %s\n", caps.Summary())
-	adapter := &nginx.Adapter{Caps: caps, Host: nginx.CurrentHost()}
+	adapter := &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: cfg.NginxUser}
 	for _, n := range adapter.Notes() {
 		fmt.Fprintf(stdout, "  adaptation: %s\n", n)
+	}
+	paths := landing.FromConfig(cfg)
+	landed, _ := os.ReadFile(paths.Main)
+	workers, err := adapter.Worker(nginx.TemplateUser(string(landed)))
+	if err != nil {
+		fmt.Fprintln(stderr, "error: nginx workers:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "nginx workers: %s (%s)\n", workers, workers.Why)
+	tree := landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: filepath.Dir(cfg.StatePath)}
+	if problems := tree.Unreadable(workers); len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "error: nginx workers cannot use", p)
+		}
+		return 1
 	}
 	if !caps.HasLua() {
 		fmt.Fprintln(stderr, "error: the nginx binary has no Lua module; rendered configs need lua-nginx-module")
@@ -168,7 +184,6 @@ func check(configPath string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error: the nginx binary has no stub_status module; health checks and the safe fallback need it")
 		return 1
 	}
-	paths := landing.FromConfig(cfg)
 	if _, err := os.Stat(paths.Main); err != nil {
 		fmt.Fprintf(stdout, "landed config: none yet (%s)\n", paths.Main)
 		return 0

@@ -19,6 +19,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/observability"
+	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/sync"
 	"github.com/openflare/openflare-agent/agent/wsclient"
@@ -118,6 +119,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		Store:      store,
 		Paths:      paths,
 		Fallback:   o.Fallback,
+		Tree:       landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
 		BackupDir:  filepath.Join(stateDir, "apply-backup"),
 		StagingDir: filepath.Join(stateDir, "apply-staging"),
 		Log:        o.Log,
@@ -130,12 +132,17 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		return a, nil
 	}
 	a.caps = caps
-	adapter := &nginx.Adapter{Caps: caps, Host: nginx.CurrentHost()}
+	adapter := &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: cfg.NginxUser}
 	a.syncer.Adapter = adapter
-	a.syncer.Ctl = &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: o.Log}
+	a.syncer.Ctl = &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: o.Log, ProbeURL: paths.ProbeURL()}
 	o.Log.Info("nginx found", "binary", caps.Binary, "caps", caps.Summary())
 	for _, n := range adapter.Notes() {
 		o.Log.Info("nginx adaptation", "note", n)
+	}
+	if w, err := adapter.Worker(""); err != nil {
+		o.Log.Error("nginx worker identity", "err", err)
+	} else {
+		o.Log.Info("nginx worker identity", "workers", w.String(), "why", w.Why)
 	}
 	return a, nil
 }

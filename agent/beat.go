@@ -97,8 +97,13 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 		ext = a.caps.Version
 	}
 	status, msg := st.OpenRestyStatus, st.OpenRestyMessage
-	if a.caps == nil {
+	switch {
+	case a.caps == nil:
 		status, msg = protocol.StatusUnhealthy, "nginx binary not usable: "+a.syncer.ProbeErr
+	case st.ProbeError != "":
+		// nginx answering stub_status is not a site serving: the self-probe
+		// failure outranks the health check until a probe passes.
+		status, msg = protocol.StatusUnhealthy, st.ProbeError
 	}
 	if status == "" {
 		status = protocol.StatusUnknown

@@ -50,6 +50,12 @@ func Status(cfg *config.Config, now time.Time) string {
 	} else {
 		row("nginx", "not running (pid file %s; last health %s)", paths.PID, health)
 	}
+	row("nginx workers", "%s", orNone(st.Workers))
+	if st.ProbeError != "" {
+		row("self-probe", "FAILED: %s", st.ProbeError)
+	} else {
+		row("self-probe", "passed (or not run yet)")
+	}
 
 	if st.LastHeartbeatUnix == 0 {
 		row("last heartbeat", "never")

@@ -62,6 +62,10 @@ type Config struct {
 	// it, which keeps the agent small on a 128 MiB router. A GOMEMLIMIT
 	// environment variable takes precedence.
 	MemoryLimit int64
+	// NginxUser is who the nginx workers run as when the agent is root
+	// ("user", "user:group"; not an upstream key). Empty: the template's
+	// user if it exists and is not root, else a system fallback.
+	NginxUser string
 }
 
 // Defaults that do not depend on data_dir.
@@ -112,6 +116,7 @@ type file struct {
 	HeartbeatInterval          json.RawMessage `json:"heartbeat_interval"`
 	RequestTimeout             json.RawMessage `json:"request_timeout"`
 	MemoryLimit                json.RawMessage `json:"memory_limit"`
+	NginxUser                  *string         `json:"nginx_user"`
 }
 
 // Env lists every environment override, in PROTOCOL 1.1 order.
@@ -342,6 +347,10 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 		return nil, fmt.Errorf("key %q: %w", "memory_limit", err)
 	}
 	c.MemoryLimit = limit
+	c.NginxUser = str(f.NginxUser, "")
+	if strings.ContainsAny(c.NginxUser, ";{}#\"'\n\\") {
+		return nil, fmt.Errorf("key %q: %q is not a user name or user:group", "nginx_user", c.NginxUser)
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

@@ -71,10 +71,18 @@ func (c *Config) Describe() string {
 		{"heartbeat_interval", c.HeartbeatInterval.String()},
 		{"request_timeout", c.RequestTimeout.String()},
 		{"memory_limit", fmt.Sprintf("%d MiB", c.MemoryLimit>>20)},
+		{"nginx_user", nginxUser(c.NginxUser)},
 	}
 	var b strings.Builder
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%-30s %s\n", r[0], r[1])
 	}
 	return b.String()
+}
+
+func nginxUser(u string) string {
+	if u == "" {
+		return "(template's user if it exists, else www-data or nobody)"
+	}
+	return u
 }

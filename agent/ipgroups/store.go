@@ -68,7 +68,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, dirMode); err != nil {
+	if err := state.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("ip groups: create %s: %w", dir, err)
 	}
 	removeStaleTemps(dir)

@@ -108,10 +108,49 @@ func (p Paths) MainText(text string) string {
 		}
 		text = afterHTTPOpen(text, b.String())
 	}
+	text = afterHTTPOpen(text, p.probeServer(text))
 	if strings.Contains(text, "lua_shared_dict openflare_waf_config") {
 		text = p.wafInit(text)
 	}
 	return text
+}
+
+// ProbeAddr is where the agent's self-probe listens: a loopback address of
+// its own (all of 127/8 is local on Linux), so the probe server is never
+// the default server of a port the template's servers use, and no site or
+// access log sees the probe.
+const ProbeAddr = "127.79.70.1"
+
+// ProbePath is the probe's location.
+const ProbePath = "/openflare/agent-probe"
+
+// ProbeURL is the address the agent sends its self-probe to.
+func (p Paths) ProbeURL() string {
+	return "http://" + ProbeAddr + ":" + strconv.Itoa(p.ObservabilityPort) + ProbePath
+}
+
+// probeServer is the self-probe's server block. With Lua it runs probe.lua
+// in a worker (the same files, runtime and temp directories the sites
+// use); a config without Lua (the safe fallback) only proves a worker
+// answers.
+func (p Paths) probeServer(text string) string {
+	handler := `return 200 "ok\n";`
+	if strings.Contains(text, "_by_lua") || strings.Contains(text, "lua_shared_dict") {
+		handler = "content_by_lua_file " + filepath.Join(p.OpenRestyLuaDir, "probe.lua") + ";"
+	}
+	return fmt.Sprintf(`    # openflare-agent self-probe: loopback only, called by the agent after each reload.
+    server {
+        listen %s:%d;
+        server_name openflare-agent-probe;
+        access_log off;
+        location = %s {
+            %s
+        }
+        location / {
+            return 404;
+        }
+    }
+`, ProbeAddr, p.ObservabilityPort, ProbePath, handler)
 }
 
 // wafInit makes every worker initialise the WAF runtime (PROTOCOL 6.2

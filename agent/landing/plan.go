@@ -89,7 +89,7 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 		s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, wafConfigName))
 	}
 	s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, powConfigName))
-	vars := luaassets.Vars{RuntimeConfigDir: p.RuntimeConfigDir, CountryMMDBPath: p.CountryMMDB, CityMMDBPath: p.CityMMDB}
+	vars := luaassets.Vars{RuntimeConfigDir: p.RuntimeConfigDir, LuaDir: p.OpenRestyLuaDir, CertDir: p.OpenRestyCertDir, TempDir: p.TempDir, CountryMMDBPath: p.CountryMMDB, CityMMDBPath: p.CityMMDB}
 	for _, f := range luaassets.Files(vars) {
 		s.Files = append(s.Files, File{filepath.Join(p.LuaDir, f.Path), f.Content, 0o644})
 	}

@@ -53,7 +53,7 @@ func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
+	if err := state.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	// The new directories must survive a power cut as well as the files.
@@ -132,7 +132,7 @@ func (t *Txn) Restore() error {
 			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(e.Path), 0o755); err != nil {
+		if err := state.MkdirAll(filepath.Dir(e.Path), configDirMode); err != nil {
 			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
 			continue
 		}

@@ -21,8 +21,8 @@ const configDirMode = 0o755
 // cache paths.
 func MakeDirs(p Paths) error {
 	for _, d := range p.Dirs() {
-		if err := os.MkdirAll(d, configDirMode); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
+		if err := state.MkdirAll(d, configDirMode); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -37,7 +37,7 @@ func (s *Set) Write(after func()) error {
 		if s.same[f.Path] {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
+		if err := state.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
 			return fmt.Errorf("land %s: %w", f.Path, err)
 		}
 		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {

@@ -33,6 +33,9 @@ type File struct {
 // Vars are the install-time values substituted into the scripts.
 type Vars struct {
 	RuntimeConfigDir string // holds waf_config.json and the IP-group snapshot
+	LuaDir           string // where nginx finds these scripts (openresty_lua_dir)
+	CertDir          string // where nginx finds cert_dir (openresty_cert_dir)
+	TempDir          string // parent of the *_temp_path directories
 	CountryMMDBPath  string // agent.json mmdb_path, for geo_match
 	CityMMDBPath     string // agent.json city_mmdb_path, for geo_match
 }
@@ -40,6 +43,9 @@ type Vars struct {
 func (v Vars) replacer() *strings.Replacer {
 	return strings.NewReplacer(
 		"__OPENFLARE_RUNTIME_CONFIG_DIR__", v.RuntimeConfigDir,
+		"__OPENFLARE_LUA_DIR__", v.LuaDir,
+		"__OPENFLARE_CERT_DIR__", v.CertDir,
+		"__OPENFLARE_NGINX_CACHE_DIR__", v.TempDir,
 		"__OPENFLARE_COUNTRY_MMDB_PATH__", v.CountryMMDBPath,
 		"__OPENFLARE_CITY_MMDB_PATH__", v.CityMMDBPath,
 		"__OPENFLARE_WAF_IP_GROUPS_MAX_SNAPSHOT_BYTES__", maxSnapshotBytes,

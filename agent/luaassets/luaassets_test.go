@@ -23,12 +23,26 @@ func TestFiles(t *testing.T) {
 		"init.lua", "log.lua",
 		"observability/init.lua", "observability/log.lua", "observability/read.lua",
 		"pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
-		"read.lua",
+		"probe.lua", "read.lua",
 		"sw/challenge.lua", "sw/runtime.lua",
 		"waf/check.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/runtime.lua",
 	}
 	if !slices.Equal(paths, want) {
 		t.Errorf("paths = %q\nwant    %q", paths, want)
+	}
+	// The self-probe loads every script by name: its list must be the tree.
+	probe := string(byPath["probe.lua"])
+	start := strings.Index(probe, "local LUA_FILES = {")
+	end := strings.Index(probe[start:], "}")
+	var listed []string
+	for _, f := range strings.Split(probe[start+len("local LUA_FILES = {"):start+end], ",") {
+		if f = strings.Trim(strings.TrimSpace(f), `"`); f != "" {
+			listed = append(listed, f)
+		}
+	}
+	slices.Sort(listed)
+	if !slices.Equal(listed, paths) {
+		t.Errorf("probe.lua LUA_FILES = %q\nwant %q", listed, paths)
 	}
 	if !bytes.Equal(byPath["read.lua"], byPath["observability/read.lua"]) {
 		t.Error("read.lua differs from observability/read.lua")

@@ -1,52 +1,13 @@
 package nginx
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/openflare/openflare-agent/agent/osuser"
 )
-
-// Host describes the process the agent runs as, which decides what the
-// template's `user` directive may say.
-type Host struct {
-	EUID int
-	// SingleUID is true inside a user namespace that maps one uid only
-	// (e.g. `unshare --map-root-user`): nginx cannot switch to any other
-	// user there, not even nobody.
-	SingleUID bool
-}
-
-// CurrentHost reads the running process's situation.
-func CurrentHost() Host {
-	return Host{EUID: os.Geteuid(), SingleUID: singleUIDMap("/proc/self/uid_map")}
-}
-
-// singleUIDMap reports whether uid_map maps exactly one uid.
-func singleUIDMap(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var total uint64
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) != 3 {
-			return false
-		}
-		n, err := strconv.ParseUint(fields[2], 10, 64)
-		if err != nil {
-			return false
-		}
-		total += n
-	}
-	return total == 1
-}
 
 // ErrNoLua is returned when a config needs Lua and the binary cannot load it.
 var ErrNoLua = errors.New("no Lua support")
@@ -88,10 +49,12 @@ func isHTTP3Line(line string) bool {
 // Adapter rewrites rendered text for the binary actually installed, because
 // edge boxes run distribution nginx as often as OpenResty.
 type Adapter struct {
-	Caps *Caps
-	Host Host
-	// LookupUser reports whether a system user exists (os/user by default).
-	LookupUser func(name string) bool
+	Caps  *Caps
+	Host  osuser.Host
+	Users osuser.DB
+	// NginxUser is agent.json's nginx_user: the owner's choice of worker
+	// user, which wins over the template's.
+	NginxUser string
 }
 
 // Notes lists the adaptations this binary and host need, for the start-up
@@ -121,6 +84,8 @@ func (a *Adapter) Notes() []string {
 		notes = append(notes, "`user` directive dropped: the agent is not root, so nginx workers run as the agent's user")
 	case a.Host.SingleUID:
 		notes = append(notes, "`user` directive replaced by the only user of this user namespace")
+	default:
+		notes = append(notes, "`user` directive set to the worker identity: agent.json nginx_user, else the template's user if it exists and is not root, else "+strings.Join(osuser.Fallbacks, " or "))
 	}
 	return notes
 }
@@ -128,7 +93,10 @@ func (a *Adapter) Notes() []string {
 // Main adapts a main config (rendered or the fallback).
 func (a *Adapter) Main(text string) (string, error) {
 	text = a.protocols(text)
-	text = a.user(text)
+	text, err := a.user(text)
+	if err != nil {
+		return "", err
+	}
 	if usesLua(text) && !strings.Contains(text, "ngx_http_lua_module") {
 		if !a.Caps.HasLua() {
 			return "", fmt.Errorf("%w: %s has no lua-nginx-module compiled in and no ngx_http_lua_module.so was found; install OpenResty or Debian's libnginx-mod-http-lua", ErrNoLua, a.Caps.Binary)
@@ -224,81 +192,56 @@ func enclosingBlock(lines []string, i int) (int, int) {
 
 func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
-// user applies the host's rule for the `user` directive.
-func (a *Adapter) user(text string) string {
-	lines := strings.SplitAfter(text, "\n")
-	found := false
-	for i, l := range lines {
-		body := strings.TrimRight(l, "\n")
-		name, args, ok := directive(body)
-		if !ok || name != "user" || len(args) == 0 {
-			continue
+// Worker is the identity workers get from a main config naming template
+// as its user ("" for none).
+func (a *Adapter) Worker(template string) (osuser.Identity, error) {
+	return a.Users.Resolve(a.Host, a.NginxUser, template)
+}
+
+// TemplateUser is the argument of a main config's first `user` directive
+// ("name" or "name group"), or "".
+func TemplateUser(text string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if name, args, ok := directive(l); ok && name == "user" && len(args) > 0 {
+			return strings.Join(args, " ")
 		}
-		found = true
+	}
+	return ""
+}
+
+// user writes the worker identity's `user` line: one line, first in the
+// file, replacing whatever the template said; dropped when the agent is
+// not root (workers cannot switch users then).
+func (a *Adapter) user(text string) (string, error) {
+	lines := strings.SplitAfter(text, "\n")
+	var at []int
+	for i, l := range lines {
+		if name, args, ok := directive(strings.TrimRight(l, "\n")); ok && name == "user" && len(args) > 0 {
+			at = append(at, i)
+		}
+	}
+	id, err := a.Worker(TemplateUser(text))
+	if err != nil {
+		return "", err
+	}
+	for n, i := range at {
+		l := lines[i]
+		body := strings.TrimRight(l, "\n")
 		lead := body[:len(body)-len(strings.TrimLeft(body, " \t"))]
 		switch {
-		case a.Host.EUID != 0:
+		case id.Directive == "":
 			body = lead + "# user directive dropped by openflare-agent: not running as root"
-		case a.Host.SingleUID:
-			body = lead + "user " + rootNames() + ";"
-		case !a.lookupUser(args[0]):
-			body = lead + "# user directive dropped by openflare-agent: user " + args[0] + " does not exist"
+		case n == 0:
+			body = lead + id.Directive + " # openflare-agent: " + id.Why
+		default:
+			body = lead + "# duplicate user directive dropped by openflare-agent"
 		}
 		lines[i] = body + l[len(strings.TrimRight(l, "\n")):]
 	}
-	if !found && a.Host.EUID == 0 && a.Host.SingleUID {
-		// Without a user line a root master switches workers to nobody,
-		// which does not exist in a one-uid namespace.
-		return "user " + rootNames() + ";\n" + text
+	if len(at) == 0 && id.Directive != "" {
+		// Without a user line a root master switches workers to nginx's
+		// compiled-in default, which may not exist (or be the wrong one).
+		return id.Directive + " # openflare-agent: " + id.Why + "\n" + text, nil
 	}
-	return strings.Join(lines, "")
-}
-
-// rootNames is "<user> <group>" of uid and gid 0.
-func rootNames() string {
-	u, g := "root", "root"
-	if name, ok := dbName("/etc/passwd", "0"); ok {
-		u = name
-	}
-	if name, ok := dbName("/etc/group", "0"); ok {
-		g = name
-	}
-	return u + " " + g
-}
-
-// dbName finds the name of an id in /etc/passwd or /etc/group ("name:x:id:…").
-// It reads the files directly: nginx resolves the names it is given the
-// same way, and os/user would add its own lookup machinery to the binary.
-func dbName(path, id string) (string, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.SplitN(line, ":", 4); len(f) >= 3 && f[2] == id && f[0] != "" {
-			return f[0], true
-		}
-	}
-	return "", false
-}
-
-// dbHas reports whether /etc/passwd (or /etc/group) has an entry named name.
-func dbHas(path, name string) bool {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if n, _, ok := strings.Cut(line, ":"); ok && n == name {
-			return true
-		}
-	}
-	return false
-}
-
-func (a *Adapter) lookupUser(name string) bool {
-	if a.LookupUser != nil {
-		return a.LookupUser(name)
-	}
-	return dbHas("/etc/passwd", name)
+	return strings.Join(lines, ""), nil
 }

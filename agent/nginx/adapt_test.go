@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/openflare/openflare-agent/agent/osuser"
 )
 
 const debianV = `nginx version: nginx/1.22.1
@@ -68,7 +70,7 @@ server {
 `
 
 func TestHTTP2AndQUICOnOldNginx(t *testing.T) {
-	a := &Adapter{Caps: parseCaps("/usr/sbin/nginx", debianV, nil), Host: Host{EUID: 0}}
+	a := &Adapter{Caps: parseCaps("/usr/sbin/nginx", debianV, nil), Host: osuser.Host{EUID: 0}}
 	got := a.Route(httpsRoute)
 	if strings.Contains(got, "http2 on;") || strings.Contains(got, "quic") || strings.Contains(got, "Alt-Svc") {
 		t.Fatalf("not adapted:\n%s", got)
@@ -86,7 +88,7 @@ func TestHTTP2AndQUICOnOldNginx(t *testing.T) {
 }
 
 func TestNewNginxKeepsHTTP2AndQUIC(t *testing.T) {
-	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: Host{EUID: 0}}
+	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: osuser.Host{EUID: 0}}
 	if got := a.Route(httpsRoute); got != httpsRoute {
 		t.Fatalf("OpenResty 1.27 output changed:\n%s", got)
 	}
@@ -109,21 +111,43 @@ http {
 }
 `
 
+// fakeDB is a user database with root, www-data and nobody, plus
+// openflare when withOpenflare.
+func fakeDB(t *testing.T, withOpenflare bool) osuser.DB {
+	t.Helper()
+	root := t.TempDir()
+	passwd := "root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33::/var/www:/usr/sbin/nologin\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+	group := "root:x:0:\nwww-data:x:33:\nnogroup:x:65534:\n"
+	if withOpenflare {
+		passwd += "openflare:x:990:990::/var/lib/openflare:/usr/sbin/nologin\n"
+		group += "openflare:x:990:\n"
+	}
+	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, root+"/etc/passwd", passwd)
+	writeFile(t, root+"/etc/group", group)
+	return osuser.DB{Root: root}
+}
+
 func TestLuaModulesAndUser(t *testing.T) {
 	c := parseCaps("/usr/sbin/nginx", debianV, nil)
 	c.LuaModules = []string{"/m/ndk_http_module.so", "/m/ngx_http_lua_module.so"}
 	cases := []struct {
-		host     Host
-		exists   bool
-		wantUser string
+		host       osuser.Host
+		openflare  bool
+		configured string
+		wantUser   string
 	}{
-		{Host{EUID: 1000}, true, "# user directive dropped by openflare-agent: not running as root"},
-		{Host{EUID: 0, SingleUID: true}, true, "user root root;"},
-		{Host{EUID: 0}, false, "# user directive dropped by openflare-agent: user openflare does not exist"},
-		{Host{EUID: 0}, true, "user openflare;"},
+		{osuser.Host{EUID: 1000}, true, "", "# user directive dropped by openflare-agent: not running as root"},
+		{osuser.Host{EUID: 0, SingleUID: true}, true, "", "user root root;"},
+		{osuser.Host{EUID: 0}, false, "", "user www-data www-data;"},
+		{osuser.Host{EUID: 0}, true, "", "user openflare openflare;"},
+		{osuser.Host{EUID: 0}, true, "nobody", "user nobody nogroup;"},
+		{osuser.Host{EUID: 0}, false, "root", "user root root;"},
 	}
 	for _, tc := range cases {
-		a := &Adapter{Caps: c, Host: tc.host, LookupUser: func(string) bool { return tc.exists }}
+		a := &Adapter{Caps: c, Host: tc.host, Users: fakeDB(t, tc.openflare), NginxUser: tc.configured}
 		got, err := a.Main(luaMain)
 		if err != nil {
 			t.Fatal(err)
@@ -131,14 +155,27 @@ func TestLuaModulesAndUser(t *testing.T) {
 		if !strings.HasPrefix(got, "load_module /m/ndk_http_module.so;\nload_module /m/ngx_http_lua_module.so;\n# header\n") {
 			t.Fatalf("load_module lines:\n%s", got)
 		}
-		if !strings.Contains(got, "\n"+tc.wantUser+"\n") {
-			t.Fatalf("%+v: user line:\n%s", tc.host, got)
+		if !strings.Contains(got, "\n"+tc.wantUser) {
+			t.Fatalf("%+v: user line:\n%s", tc, got)
+		}
+		if strings.Count(got, "\nuser ") > 1 {
+			t.Fatalf("%+v: more than one user line:\n%s", tc, got)
 		}
 	}
 }
 
+// An owner's nginx_user that names nobody on the host stops the apply with
+// an error naming the key: workers are never silently someone else.
+func TestUnknownNginxUser(t *testing.T) {
+	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: osuser.Host{EUID: 0}, Users: fakeDB(t, false), NginxUser: "ghost"}
+	_, err := a.Main(luaMain)
+	if !errors.Is(err, osuser.ErrUnknownUser) || !strings.Contains(err.Error(), `nginx_user "ghost"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestNoLuaIsAClearError(t *testing.T) {
-	a := &Adapter{Caps: parseCaps("/usr/sbin/nginx", debianV, nil), Host: Host{EUID: 1}}
+	a := &Adapter{Caps: parseCaps("/usr/sbin/nginx", debianV, nil), Host: osuser.Host{EUID: 1}, Users: fakeDB(t, false)}
 	_, err := a.Main(luaMain)
 	if !errors.Is(err, ErrNoLua) || !strings.Contains(err.Error(), "lua-nginx-module") {
 		t.Fatalf("err = %v", err)
@@ -146,24 +183,6 @@ func TestNoLuaIsAClearError(t *testing.T) {
 	// The fallback has no Lua and must still adapt.
 	if _, err := a.Main("user openflare;\nevents {}\n"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestSingleUIDMap(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		m    string
-		want bool
-	}{
-		{"         0       1000          1\n", true},
-		{"         0          0 4294967295\n", false},
-		{"0 100000 65536\n", false},
-	} {
-		p := dir + "/uid_map"
-		writeFile(t, p, tc.m)
-		if got := singleUIDMap(p); got != tc.want {
-			t.Errorf("%q → %v", tc.m, got)
-		}
 	}
 }
 
@@ -177,9 +196,9 @@ func writeFile(t *testing.T, p, s string) {
 // In a one-uid namespace a template without a user line gets one: nginx
 // would otherwise switch workers to nobody, who does not exist there.
 func TestSingleUIDAddsUserLine(t *testing.T) {
-	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: Host{EUID: 0, SingleUID: true}}
+	a := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: osuser.Host{EUID: 0, SingleUID: true}, Users: fakeDB(t, false)}
 	got, err := a.Main("worker_processes 1;\nevents {}\n")
-	if err != nil || !strings.HasPrefix(got, "user root root;\n") {
+	if err != nil || !strings.HasPrefix(got, "user root root;") {
 		t.Fatalf("%q %v", got, err)
 	}
 }

@@ -27,6 +27,9 @@ type Ctl struct {
 	Log        *slog.Logger
 	// Settle bounds how long a reload or start may take to show new workers.
 	Settle time.Duration
+	// ProbeURL is the self-probe location of the landed main config; empty
+	// skips the probe.
+	ProbeURL string
 }
 
 func (n *Ctl) settle() time.Duration {
@@ -216,6 +219,12 @@ func waitGone(ctx context.Context, pid int, d time.Duration) bool {
 }
 
 func (n *Ctl) errorsSince(mark int64) string {
+	return n.logSince(mark, "[emerg]", "[alert]", "[crit]")
+}
+
+// logSince returns the error-log lines after mark at the given levels,
+// joined with "; " (at most 8 KiB of log is read).
+func (n *Ctl) logSince(mark int64, levels ...string) string {
 	f, err := os.Open(n.ErrorLog)
 	if err != nil {
 		return ""
@@ -227,8 +236,11 @@ func (n *Ctl) errorsSince(mark int64) string {
 	b, _ := io.ReadAll(io.LimitReader(f, 8192))
 	var keep []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "[emerg]") || strings.Contains(l, "[alert]") || strings.Contains(l, "[crit]") {
-			keep = append(keep, strings.TrimSpace(l))
+		for _, lv := range levels {
+			if strings.Contains(l, lv) {
+				keep = append(keep, strings.TrimSpace(l))
+				break
+			}
 		}
 	}
 	return strings.Join(keep, "; ")

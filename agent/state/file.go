@@ -17,18 +17,49 @@ import (
 	"time"
 )
 
-// Modes for state files and the directories holding them.
+// Modes for state files and the directories holding them: the agent's
+// own, never read by nginx workers.
 const (
 	FileMode fs.FileMode = 0o600
-	DirMode  fs.FileMode = 0o750
+	DirMode  fs.FileMode = 0o700
 )
+
+// MkdirAll is os.MkdirAll with the mode applied exactly to every directory
+// it creates: os.MkdirAll's mode is filtered by the umask, and an agent
+// started under umask 077 would otherwise hide its tree from nginx workers.
+// Existing directories are left as they are.
+func MkdirAll(path string, mode fs.FileMode) error {
+	path = filepath.Clean(path)
+	fi, err := os.Stat(path)
+	if err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("mkdir %s: not a directory", path)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("mkdir %s: %w", path, err)
+	}
+	if parent := filepath.Dir(path); parent != path {
+		if err := MkdirAll(parent, mode); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("mkdir %s: %w", path, err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("mkdir %s: %w", path, err)
+	}
+	return nil
+}
 
 // WriteFile atomically replaces path with data at the given mode, creating
 // the parent directory (DirMode) if needed.
 func WriteFile(path string, data []byte, mode fs.FileMode) error {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); err != nil {
-		if err := os.MkdirAll(dir, DirMode); err != nil {
+		if err := MkdirAll(dir, DirMode); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 		// A new directory must itself survive a power cut.

@@ -22,6 +22,11 @@ type State struct {
 	// LastHeartbeatUnix is the time of the last beat the server accepted.
 	LastHeartbeatUnix int64  `json:"last_heartbeat_unix,omitempty"`
 	Channel           string `json:"channel,omitempty"`
+	// ProbeError is why the last self-probe of the data plane failed;
+	// empty once a probe passes. While set the node reports unhealthy.
+	ProbeError string `json:"probe_error,omitempty"`
+	// Workers is who the nginx workers run as, and why.
+	Workers string `json:"nginx_workers,omitempty"`
 }
 
 // Store is the agent state in memory and on disk. Updates are serialised and

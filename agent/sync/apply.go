@@ -9,7 +9,6 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -52,7 +51,7 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 		return local(errors.New("nginx binary not usable: " + s.ProbeErr))
 	}
 	mainText, err := s.Adapter.Main(out.Main)
-	if errors.Is(err, nginx.ErrNoLua) {
+	if isLocal(err) {
 		return local(err)
 	}
 	if err != nil {
@@ -72,8 +71,11 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	if startup && st.CurrentVersion == ac.Version && st.CurrentChecksum == ac.Checksum && s.Ctl.Running() && set.Unchanged() {
 		return Outcome{Result: protocol.ResultSuccess, Message: "apply success"}
 	}
-	// nginx -t opens the logs and creates temp paths named in the config.
-	if err := landing.MakeDirs(s.Paths); err != nil {
+	// nginx -t opens the logs and creates temp paths named in the config;
+	// the workers must reach every file the sites use.
+	if err := s.prepare(out.Main, false); isLocal(err) {
+		return local(err)
+	} else if err != nil {
 		return fail(err)
 	}
 	began := time.Now()
@@ -106,8 +108,8 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	}
 	if err == nil {
 		crashpoint.Hit("before-reload")
-		err = s.Ctl.Activate(ctx)
-		s.Log.Debug("apply: reload confirmed", "took", time.Since(began))
+		err = s.activate(ctx)
+		s.Log.Debug("apply: reload confirmed and probed", "took", time.Since(began))
 	}
 	if err != nil {
 		return s.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: %w", ac.Version, err))
@@ -132,7 +134,10 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 // recoverFrom is stages 1–3 of the rollback. txn is nil when the live files
 // were never touched. The node ends serving the previous config, or the
 // safe fallback when nothing valid runs; a running nginx that still serves
-// the last good config from memory is never replaced by the fallback.
+// the last good config from memory is never replaced by the fallback. A
+// cause on this node (isLocal: the data plane took the config but failed
+// its self-probe) is still a failed apply, but the version is held rather
+// than blocklisted.
 func (s *Syncer) recoverFrom(ctx context.Context, txn *landing.Txn, target landing.Ref, cause error) Outcome {
 	s.Log.Error("apply failed; rolling back", "version", target.Version, "err", cause)
 	var rerr error
@@ -146,6 +151,13 @@ func (s *Syncer) recoverFrom(ctx context.Context, txn *landing.Txn, target landi
 		if err := txn.Commit(); err != nil {
 			s.Log.Warn("discard apply backup", "err", err)
 		}
+	}
+	if isLocal(cause) {
+		s.held = target
+		out.Result = protocol.ResultFailed
+		out.Message += " (not blocklisted: the cause is on this node; fix it, then restart the agent to retry this version)"
+		s.recordFailure(out, false, target)
+		return out
 	}
 	s.recordFailure(out, true, target)
 	return out
@@ -161,7 +173,7 @@ func (s *Syncer) keepServing(ctx context.Context, touched bool, cause, restoreEr
 	if restoreErr == nil && usable && fileExists(s.Paths.Main) {
 		err := s.Ctl.Test(ctx, s.Paths.Main)
 		if err == nil {
-			err = s.Ctl.Activate(ctx)
+			err = s.activate(ctx)
 		}
 		if err == nil {
 			return Outcome{Result: protocol.ResultWarning, Message: fmt.Sprintf("apply failed, rolled back to previous config: %v", cause)}
@@ -190,7 +202,7 @@ func (s *Syncer) startFallback(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := landing.MakeDirs(s.Paths); err != nil {
+	if err := s.prepare(s.Fallback, false); err != nil {
 		return err
 	}
 	if err := landing.FallbackPlan(s.Paths, mainText).Write(nil); err != nil {
@@ -200,7 +212,7 @@ func (s *Syncer) startFallback(ctx context.Context) error {
 		return err
 	}
 	s.Log.Warn("safe fallback runtime written: port 80 answers 503 until a valid version applies")
-	if err := s.Ctl.Activate(ctx); err != nil {
+	if err := s.activate(ctx); err != nil {
 		return err
 	}
 	// The node no longer serves the version state names: forget it, so the

@@ -2,9 +2,11 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
 )
@@ -16,13 +18,28 @@ import (
 func (s *Syncer) Boot(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.Ctl != nil && s.Ctl.Caps != nil {
+		// Data dirs an older release (or a umask) left closed to the
+		// workers are repaired before nginx is started from them.
+		if err := s.prepareLanded(true); err != nil {
+			s.Log.Error("the nginx workers cannot use the agent's files", "err", err)
+			if uerr := s.Store.Update(func(st *state.State) { st.LastError = err.Error() }); uerr != nil {
+				s.Log.Error("record boot error", "err", uerr)
+			}
+		}
+	}
 	recovered, err := s.restorePending(ctx)
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
 	if !recovered {
+		wasRunning := s.Ctl != nil && s.Ctl.Caps != nil && s.Ctl.Running()
 		if err := s.ensure(ctx, false); err != nil {
 			return err
+		}
+		if wasRunning {
+			// nginx outlived the previous agent: probe what it serves now.
+			s.probe(ctx, s.Ctl.LogMark())
 		}
 	}
 	s.Log.Info("local config ready", "version", s.Store.Get().CurrentVersion, "recovered", recovered)
@@ -81,14 +98,19 @@ func (s *Syncer) ensure(ctx context.Context, reload bool) error {
 	if running && !reload {
 		return nil
 	}
-	if err := landing.MakeDirs(s.Paths); err != nil {
+	if err := s.prepareLanded(false); err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
 	err := s.Ctl.Test(ctx, s.Paths.Main)
 	if err == nil {
-		if err = s.Ctl.Activate(ctx); err == nil {
+		if err = s.activate(ctx); err == nil {
 			s.Log.Info("nginx runs the last landed config", "version", s.Store.Get().CurrentVersion)
 			return nil
+		}
+		if errors.Is(err, nginx.ErrProbe) {
+			// nginx runs the landed config but cannot serve it fully; the
+			// fallback would serve nothing at all. Reported as unhealthy.
+			return fmt.Errorf("boot: %w", err)
 		}
 	}
 	if running {
@@ -114,7 +136,11 @@ func (s *Syncer) Restart(ctx context.Context) error {
 	if !fileExists(s.Paths.Main) {
 		return fmt.Errorf("restart: no landed config at %s", s.Paths.Main)
 	}
+	mark := s.Ctl.LogMark()
 	err := s.Ctl.Restart(ctx)
+	if err == nil {
+		err = s.probe(ctx, mark)
+	}
 	if err != nil && !s.Ctl.Running() {
 		// The old master is gone and the new one did not come up: never
 		// leave the node dark.

@@ -45,6 +45,8 @@ type Syncer struct {
 	Paths   landing.Paths
 	Adapter *nginx.Adapter
 	Ctl     *nginx.Ctl
+	// Tree is the directory layout the nginx workers must be able to use.
+	Tree landing.Tree
 	// ProbeErr explains why Ctl is nil (nginx missing or unusable).
 	ProbeErr string
 	// Fallback is the embedded fallback.conf text.

@@ -32,7 +32,9 @@ import (
 	"github.com/openflare/openflare-agent/testing/nstest"
 )
 
-func TestMain(m *testing.M) { nstest.Main(m) }
+// As root (CI) the suites run without a user namespace: nginx's master is
+// root and its workers another user, as on a VPS.
+func TestMain(m *testing.M) { nstest.MainRoot(m) }
 
 var (
 	buildOnce gosync.Once
@@ -52,6 +54,11 @@ func agentBinary(t *testing.T) string {
 		}
 		dir, err := os.MkdirTemp("", "openflare-e2e-bin-")
 		if err != nil {
+			buildErr = err
+			return
+		}
+		// A service-user agent must be able to run it.
+		if err := os.Chmod(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}
@@ -130,10 +137,14 @@ func (b *syncBuffer) String() string {
 
 // node is one edge node: an agent process, its files, and the nginx it runs.
 type node struct {
-	t      *testing.T
-	cp     *controlplane.Server
-	dir    string
-	config string
+	t       *testing.T
+	cp      *controlplane.Server
+	dir     string
+	dataDir string
+	config  string
+	// wrap runs the agent through a command (umask, setpriv, ...): the
+	// agent's path and arguments are appended to it.
+	wrap   []string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	logs   *syncBuffer
@@ -143,7 +154,7 @@ type node struct {
 // unless conf sets the tokens itself. conf entries override the defaults.
 func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	t.Helper()
-	dir := t.TempDir()
+	dir := testDir(t)
 	n := &node{t: t, cp: cp, dir: dir, config: filepath.Join(dir, "agent.json"), logs: &syncBuffer{}}
 	c := map[string]any{
 		"server_url":     cp.URL(),
@@ -164,6 +175,7 @@ func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	for k, v := range conf {
 		c[k] = v
 	}
+	n.dataDir = c["data_dir"].(string)
 	b, _ := json.MarshalIndent(c, "", "  ")
 	if err := os.WriteFile(n.config, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -172,13 +184,34 @@ func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	return n
 }
 
+// testDir is a temp dir the nginx workers can traverse (not list), as an
+// operator's data_dir parent is: Go makes a test's temp dirs 0700.
+func testDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // start runs the agent; env adds environment variables.
 func (n *node) start(env ...string) {
 	n.t.Helper()
 	if n.cmd != nil {
 		n.t.Fatal("agent already running")
 	}
-	cmd := exec.Command(agentBinary(n.t), "-config", n.config)
+	args := []string{agentBinary(n.t), "-config", n.config}
+	if len(n.wrap) > 0 {
+		args = append(slices.Clone(n.wrap), args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "LOG_LEVEL=debug", "GORACE=halt_on_error=1")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = n.logs, n.logs
@@ -280,7 +313,7 @@ func (n *node) tail() string {
 }
 
 func (n *node) data(p ...string) string {
-	return filepath.Join(append([]string{n.dir, "data"}, p...)...)
+	return filepath.Join(append([]string{n.dataDir}, p...)...)
 }
 
 func (n *node) pidFile() string { return n.data("var", "run", "nginx.pid") }

@@ -7,6 +7,11 @@
 //
 //	func TestMain(m *testing.M) { nstest.Main(m) }
 //
+// MainRoot is the production-like mode: when the test runs as real root
+// (as CI does), no user namespace is made, so nginx's master is root and
+// its workers switch to an unprivileged user, as on a VPS. Non-root
+// developers, or OPENFLARE_NSTEST_MODE=userns, get the user namespace.
+//
 // The binary re-executes itself twice: a first copy becomes PID 1 of the new
 // PID namespace and only reaps orphans (nginx daemonises, so its master is
 // re-parented there); a second copy runs the tests. When the tests end, PID 1
@@ -30,13 +35,33 @@ const (
 	roleEnv  = "OPENFLARE_NSTEST_ROLE"
 	roleInit = "init"
 	roleRun  = "run"
+	// ModeEnv set to "userns" keeps MainRoot in a user namespace even as
+	// root; "root" is what MainRoot uses as root otherwise.
+	ModeEnv = "OPENFLARE_NSTEST_MODE"
 )
 
 // Inside reports whether this process runs inside the test namespaces.
 func Inside() bool { return os.Getenv(roleEnv) == roleRun }
 
+// RealRoot reports whether the tests run as real root (no user namespace):
+// nginx workers then run as another user, as in production.
+func RealRoot() bool { return Inside() && os.Getenv(ModeEnv) == "root" }
+
 // Main runs m inside the namespaces and exits with its code.
 func Main(m *testing.M) { os.Exit(Run(m.Run, nil)) }
+
+// MainRoot is Main without the user namespace when the caller is root and
+// OPENFLARE_NSTEST_MODE is not "userns".
+func MainRoot(m *testing.M) {
+	if os.Getenv(roleEnv) == "" {
+		mode := "userns"
+		if os.Geteuid() == 0 && os.Getenv(ModeEnv) != "userns" {
+			mode = "root"
+		}
+		os.Setenv(ModeEnv, mode)
+	}
+	os.Exit(Run(m.Run, nil))
+}
 
 // Run executes run inside the namespaces and returns its exit code. The
 // current binary re-executes itself (with the same arguments) to get there,
@@ -66,6 +91,12 @@ func spawnInit(extra []*os.File) int {
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
 		Pdeathsig:   syscall.SIGKILL,
+	}
+	if os.Getenv(ModeEnv) == "root" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+			Pdeathsig:  syscall.SIGKILL,
+		}
 	}
 	// go test's timeout signals the process group; pass interrupts on so the
 	// namespace winds down instead of being orphaned.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/nginx"
+	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/nginxtest"
 )
@@ -73,7 +74,7 @@ func newLoader(t testing.TB) *loader {
 	return &loader{
 		root:    root,
 		paths:   p,
-		adapter: &nginx.Adapter{Caps: caps, Host: nginx.CurrentHost()},
+		adapter: &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost()},
 		ctl:     &nginx.Ctl{Caps: caps, ErrorLog: p.ErrorLog},
 	}
 }

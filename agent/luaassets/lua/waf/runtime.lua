@@ -55,6 +55,10 @@ local rules
 
 local warned_types = {}
 
+-- Why this worker has no rules, for the agent's self-probe (nil once init
+-- succeeded).
+local init_error = "init() has not run in this worker"
+
 -- Compiled ips+cidrs matchers per ip_match node config.
 local node_matchers = setmetatable({}, { __mode = "k" })
 
@@ -148,8 +152,16 @@ end
 function _M.init()
     local ok, err = pcall(init)
     if not ok then
+        init_error = tostring(err)
         ngx.log(ngx.ERR, "openflare waf init failed, every WAF check will fail closed: ", err)
+        return
     end
+    init_error = nil
+end
+
+-- Returns nil when the worker's rules are loaded, else why not.
+function _M.status()
+    return init_error
 end
 
 local function warn_unsupported(t)

@@ -1,0 +1,87 @@
+package nginx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ErrProbe marks a data plane that took its config but cannot serve: the
+// workers answer the self-probe with a failure, or not at all. It is a
+// problem of this node (file access, a worker that cannot start), so the
+// version is not blocklisted for it.
+var ErrProbe = errors.New("data-plane probe failed")
+
+// probeWait bounds how long the probe waits for an answer: new workers are
+// confirmed before it runs, so this only covers a slow first request.
+const probeWait = 5 * time.Second
+
+// LogMark is the error log's current size: errors logged after it belong
+// to what happens next.
+func (n *Ctl) LogMark() int64 { return fileSize(n.ErrorLog) }
+
+// SelfTest sends one request through the running data plane to the
+// agent's probe location (a loopback listener the landed main config
+// carries) and checks the answer. The error wraps ErrProbe and quotes the
+// probe's own report and the nginx error-log lines written since mark,
+// which name the file and the reason (e.g. "Permission denied").
+func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
+	if n.ProbeURL == "" {
+		return nil
+	}
+	client := &http.Client{
+		Timeout: probeWait,
+		// The probe never goes anywhere but the loopback listener.
+		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(probeWait)
+	var last error
+	for {
+		last = n.probeOnce(ctx, client)
+		if last == nil {
+			return nil
+		}
+		if !errors.Is(last, errNotListening) || time.Now().After(deadline) {
+			break
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	msg := last.Error()
+	if logged := n.logSince(mark, "[emerg]", "[alert]", "[crit]", "[error]"); logged != "" {
+		msg += "; nginx error log: " + logged
+	}
+	return fmt.Errorf("%w: %s", ErrProbe, msg)
+}
+
+var errNotListening = errors.New("probe listener not answering")
+
+func (n *Ctl) probeOnce(ctx context.Context, client *http.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.ProbeURL, nil)
+	if err != nil {
+		return err
+	}
+	req.Host = "openflare-agent-probe"
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotListening, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	text := strings.TrimSpace(string(body))
+	if resp.StatusCode == http.StatusOK && text == "ok" {
+		return nil
+	}
+	return fmt.Errorf("GET %s answered %d: %s", n.ProbeURL, resp.StatusCode, strings.ReplaceAll(text, "\n", "; "))
+}
