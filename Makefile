@@ -40,6 +40,13 @@ test: vet
 	# -count=1: the end-to-end tests build the agent binary themselves, which
 	# the test cache cannot see.
 	go test -race -count=1 -timeout 14m ./...
+	# As root the run above has nginx's master as root and its workers as
+	# another user (production); run the end-to-end suite once more in a
+	# one-uid user namespace (what non-root developers get). The 3-minute
+	# outage test is about the control plane, not namespaces: once is enough.
+	if [ "$$(id -u)" = 0 ]; then \
+		OPENFLARE_NSTEST_MODE=userns go test -race -count=1 -timeout 10m -skip '^TestOutageReplaysExactlyOnce$$' ./testing/e2e; \
+	fi
 
 demo: deps build
 	go run ./testing/demo

@@ -203,6 +203,13 @@ func (t Tree) Unreadable(w osuser.Identity) []string {
 		return nil
 	}
 	var out []string
+	for _, dir := range append(t.workerRead(), t.workerWrite()...) {
+		// Before the first start most of the tree does not exist yet: its
+		// nearest existing parent is what the workers must get through.
+		if blocked := unreachableExisting(w, dir); blocked != "" {
+			out = append(out, fmt.Sprintf("%s: directory %s is not traversable", dir, blocked))
+		}
+	}
 	for _, dir := range t.workerRead() {
 		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -218,7 +225,9 @@ func (t Tree) Unreadable(w osuser.Identity) []string {
 				return nil
 			}
 			if blocked, err := w.Unreachable(filepath.Dir(p)); err == nil && blocked != "" {
-				out = append(out, fmt.Sprintf("%s: directory %s is not traversable", p, blocked))
+				if !strings.HasPrefix(filepath.Clean(dir), blocked) {
+					out = append(out, fmt.Sprintf("%s: directory %s is not traversable", p, blocked))
+				}
 				return nil
 			}
 			if ok, err := w.CanPath(p, osuser.Read); err == nil && !ok {
@@ -228,13 +237,25 @@ func (t Tree) Unreadable(w osuser.Identity) []string {
 		})
 	}
 	for _, d := range t.workerWrite() {
-		if blocked, err := w.Unreachable(d); err == nil && blocked != "" {
-			out = append(out, fmt.Sprintf("%s: directory %s is not traversable", d, blocked))
-		} else if ok, err := w.CanPath(d, osuser.Write|osuser.Traverse); err == nil && !ok {
+		if ok, err := w.CanPath(d, osuser.Write|osuser.Traverse); err == nil && !ok {
 			out = append(out, d+": not writable")
 		}
 	}
 	return dedupe(out)
+}
+
+// unreachableExisting is Unreachable for the nearest existing directory
+// at or above dir ("" when the workers get through).
+func unreachableExisting(w osuser.Identity, dir string) string {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			blocked, _ := w.Unreachable(p)
+			return blocked
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
 }
 
 // isListed reports whether dir is itself one of the roots (walked on its

@@ -72,6 +72,13 @@ func TestAccessLogsReachControlPlane(t *testing.T) {
 	if got.StatusCode != 200 || got.BytesSent != int64(len(r.body)) || got.RemoteAddr != "127.0.0.1" || got.LoggedAtUnix < time.Now().Add(-time.Minute).Unix() {
 		t.Fatalf("access log %+v for a %d-byte reply", got, len(r.body))
 	}
+	// The agent probed its data plane after the apply: that request is
+	// the agent's own, not traffic.
+	for _, l := range receivedLogs(cp) {
+		if strings.Contains(l.Host, "probe") || strings.Contains(l.Path, "agent-probe") {
+			t.Fatalf("the self-probe reached the uploaded access logs: %+v", l)
+		}
+	}
 	var profiles, metrics, health int
 	for _, b := range cp.Heartbeats() {
 		if b.Payload.Profile != nil {

@@ -1,0 +1,149 @@
+package landing
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/openflare/openflare-agent/agent/osuser"
+)
+
+// nobody is a worker that owns none of the test's files: only "other"
+// permission bits let it in, as when the agent is root.
+var nobody = osuser.Identity{User: "nobody", Group: "nogroup", UID: 65534, GID: 65534}
+
+func testTree(t *testing.T) (Tree, string) {
+	t.Helper()
+	base := t.TempDir()
+	// Go makes a test's temp dirs 0700; an operator's data_dir parent is
+	// traversable.
+	for p := base; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Like mktemp -d: the data dir starts closed to everyone else.
+	dd := filepath.Join(base, "data")
+	if err := os.Mkdir(dd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := testPaths(dd)
+	p.OpenRestyCertDir, p.OpenRestyLuaDir = p.CertDir, p.LuaDir
+	return Tree{Paths: p, DataDir: dd, StateDir: filepath.Join(dd, "var", "lib", "openflare")}, base
+}
+
+func mode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+// Under umask 077 the tree still comes out usable by the workers, and the
+// agent's private directory stays closed.
+func TestPrepareUnderUmask077(t *testing.T) {
+	tr, base := testTree(t)
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	if ancestorsClosed(base) {
+		t.Skip("the temp root is not traversable by others on this machine")
+	}
+	if err := tr.Prepare(nobody, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range tr.workerRead() {
+		if m := mode(t, d); m != 0o755 {
+			t.Errorf("worker-read dir %s is %v", d, m)
+		}
+		if blocked, err := nobody.Unreachable(d); err != nil || blocked != "" {
+			t.Errorf("%s: blocked at %q (%v)", d, blocked, err)
+		}
+	}
+	if m := mode(t, tr.DataDir); m&0o001 == 0 || m&0o004 != 0 {
+		t.Errorf("data_dir is %v: want traversable, not listable", m)
+	}
+	if m := mode(t, tr.StateDir); m&0o004 != 0 {
+		t.Errorf("state dir is %v: listable by the workers", m)
+	}
+	for _, d := range tr.workerWrite() {
+		if m := mode(t, d); m&0o700 != 0o700 {
+			t.Errorf("worker temp dir %s is %v", d, m)
+		}
+	}
+	if problems := tr.Unreadable(osuser.Identity{UID: os.Geteuid(), GID: os.Getegid()}); len(problems) != 0 {
+		t.Errorf("the owner cannot use its own tree: %q", problems)
+	}
+}
+
+// ancestorsClosed reports whether some parent of dir (outside the test's
+// control, e.g. a 0700 home) stops other users.
+func ancestorsClosed(dir string) bool {
+	blocked, err := nobody.Unreachable(filepath.Dir(dir))
+	return err != nil || blocked != ""
+}
+
+// A parent outside data_dir that the workers cannot traverse is reported,
+// never changed.
+func TestPrepareRefusesClosedParent(t *testing.T) {
+	tr, base := testTree(t)
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Prepare(nobody, false)
+	if !errors.Is(err, ErrWorkerAccess) || !strings.Contains(err.Error(), base) {
+		t.Fatalf("err = %v", err)
+	}
+	if m := mode(t, base); m != 0o700 {
+		t.Fatalf("the agent changed a directory outside data_dir to %v", m)
+	}
+}
+
+// Repair opens worker-read directories an older release left 0750 and
+// makes their files readable, but leaves private keys alone; check's
+// listing names what the workers cannot open.
+func TestRepairAndUnreadable(t *testing.T) {
+	tr, base := testTree(t)
+	if ancestorsClosed(base) {
+		t.Skip("the temp root is not traversable by others on this machine")
+	}
+	if err := tr.Prepare(nobody, false); err != nil {
+		t.Fatal(err)
+	}
+	waf := filepath.Join(tr.Paths.LuaDir, "waf")
+	check := filepath.Join(waf, "check.lua")
+	key := filepath.Join(tr.Paths.CertDir, "1.key")
+	if err := os.Mkdir(waf, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for p, m := range map[string]os.FileMode{check: 0o640, key: 0o600} {
+		if err := os.WriteFile(p, []byte("x"), m); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, m)
+	}
+	os.Chmod(waf, 0o750)
+	got := strings.Join(tr.Unreadable(nobody), "\n")
+	if !strings.Contains(got, check) || strings.Contains(got, key) {
+		t.Fatalf("unreadable list:\n%s", got)
+	}
+	if err := tr.Prepare(nobody, true); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(t, waf); m != 0o755 {
+		t.Errorf("lua/waf is %v after repair", m)
+	}
+	if m := mode(t, check); m != 0o644 {
+		t.Errorf("check.lua is %v after repair", m)
+	}
+	if m := mode(t, key); m != 0o600 {
+		t.Errorf("private key is %v after repair", m)
+	}
+	if got := tr.Unreadable(nobody); len(got) != 0 {
+		t.Errorf("still unreadable after repair: %q", got)
+	}
+}
