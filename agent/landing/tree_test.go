@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/testing/nstest"
 )
 
 // nobody is a worker that owns none of the test's files: only "other"
@@ -17,14 +18,7 @@ var nobody = osuser.Identity{User: "nobody", Group: "nogroup", UID: 65534, GID: 
 
 func testTree(t *testing.T) (Tree, string) {
 	t.Helper()
-	base := t.TempDir()
-	// Go makes a test's temp dirs 0700; an operator's data_dir parent is
-	// traversable.
-	for p := base; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base := nstest.TraversableTempDir(t)
 	// Like mktemp -d: the data dir starts closed to everyone else.
 	dd := filepath.Join(base, "data")
 	if err := os.Mkdir(dd, 0o700); err != nil {

@@ -57,10 +57,33 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 		}
 	}
 	msg := last.Error()
-	if logged := n.logSince(mark, "[emerg]", "[alert]", "[crit]", "[error]"); logged != "" {
+	if logged := distinct(n.logSince(mark, "[emerg]", "[crit]", "[error]"), 4); logged != "" {
 		msg += "; nginx error log: " + logged
 	}
 	return fmt.Errorf("%w: %s", ErrProbe, msg)
+}
+
+// distinct keeps the first max log lines that differ once the time stamp
+// and pid are set aside: every worker logs the same failure.
+func distinct(lines string, max int) string {
+	seen := map[string]bool{}
+	var keep []string
+	for _, l := range strings.Split(lines, "; ") {
+		key := l
+		if i := strings.Index(l, "#"); i >= 0 {
+			if j := strings.Index(l[i:], ": "); j >= 0 {
+				key = l[i+j:]
+			}
+		}
+		if l == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		if keep = append(keep, l); len(keep) == max {
+			break
+		}
+	}
+	return strings.Join(keep, "; ")
 }
 
 var errNotListening = errors.New("probe listener not answering")
@@ -78,7 +101,8 @@ func (n *Ctl) probeOnce(ctx context.Context, client *http.Client) error {
 		return fmt.Errorf("%w: %v", errNotListening, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	// One line per failing file; a few dozen lines say everything.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 	text := strings.TrimSpace(string(body))
 	if resp.StatusCode == http.StatusOK && text == "ok" {
 		return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/nstest"
 )
 
 // crossDist skips unless the cross test was asked for, and returns the
@@ -126,12 +127,7 @@ func TestCrossCheck(t *testing.T) {
 	dist := crossDist(t)
 	// check also proves the nginx workers can reach data_dir: run it from a
 	// copy in a directory they can traverse, wherever the clone lives.
-	dir := t.TempDir()
-	for p := dir; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := nstest.TraversableTempDir(t)
 	for _, name := range []string{"agent.json", "nginx-stub"} {
 		src := filepath.Join(moduleRoot(t), "cross", "testdata", name)
 		b, err := os.ReadFile(src)

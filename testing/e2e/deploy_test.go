@@ -94,7 +94,7 @@ func TestRootWithStockTemplateServes(t *testing.T) {
 	big.LimitRate = "4m" // slower than the origin: nginx buffers to proxy_temp
 	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1")), big}})
 
-	dir := testDir(t)
+	dir := nstest.TraversableTempDir(t)
 	dataDir, err := os.MkdirTemp(dir, "data-") // mode 0700, like mktemp -d
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +190,7 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 	}
 	v2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v2"))}})
 	rec := waitApplyLog(t, cp, v2.Version, protocol.ResultFailed)
+	t.Logf("apply log: %s", rec.Message)
 	for _, want := range []string{"data-plane probe failed", "Permission denied", waf, "not blocklisted"} {
 		if !strings.Contains(rec.Message, want) {
 			t.Errorf("apply log lacks %q:\n%s", want, rec.Message)
@@ -252,7 +253,7 @@ func TestServiceUserServes(t *testing.T) {
 	const uid = 65534 // nobody: every Linux has it
 	cp := controlPlane(t)
 	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	dir := testDir(t)
+	dir := nstest.TraversableTempDir(t)
 	dataDir := filepath.Join(dir, "svc-data")
 	if err := os.Mkdir(dataDir, 0o700); err != nil {
 		t.Fatal(err)

@@ -154,7 +154,7 @@ type node struct {
 // unless conf sets the tokens itself. conf entries override the defaults.
 func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	t.Helper()
-	dir := testDir(t)
+	dir := nstest.TraversableTempDir(t)
 	n := &node{t: t, cp: cp, dir: dir, config: filepath.Join(dir, "agent.json"), logs: &syncBuffer{}}
 	c := map[string]any{
 		"server_url":     cp.URL(),
@@ -182,23 +182,6 @@ func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	}
 	t.Cleanup(n.cleanup)
 	return n
-}
-
-// testDir is a temp dir the nginx workers can traverse (not list), as an
-// operator's data_dir parent is: Go makes a test's temp dirs 0700.
-func testDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for p := dir; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()|0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 // start runs the agent; env adds environment variables.

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -200,4 +201,23 @@ func linkUp(name string) error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// TraversableTempDir is t.TempDir made traversable (not listable) by other
+// users, up to the temp root, as an operator's data_dir parent is: Go makes
+// a test's temp dirs 0700, which nginx workers running as another user
+// cannot pass.
+func TraversableTempDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != filepath.Clean(os.TempDir()) && p != filepath.Dir(p); p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -65,7 +65,8 @@ end
 if ngx.shared.openflare_waf_config then
     local ok, runtime = pcall(require, "waf.runtime")
     if not ok then
-        fail("waf runtime: " .. tostring(runtime))
+        -- The first line says which module; the rest is the search path.
+        fail("waf runtime: " .. string.match(tostring(runtime), "^[^\n]*"))
     else
         local err = runtime.status()
         if err then
