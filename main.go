@@ -170,10 +170,16 @@ func check(configPath string, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "nginx workers: %s (%s)\n", workers, workers.Why)
 	tree := landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: filepath.Dir(cfg.StatePath)}
-	if problems := tree.Unreadable(workers); len(problems) > 0 {
-		for _, p := range problems {
-			fmt.Fprintln(stderr, "error: nginx workers cannot use", p)
+	failed := false
+	for _, p := range tree.Unreadable(workers) {
+		if p.Fixed {
+			fmt.Fprintln(stdout, "note:", p)
+			continue
 		}
+		fmt.Fprintln(stderr, "error:", p)
+		failed = true
+	}
+	if failed {
 		return 1
 	}
 	if !caps.HasLua() {

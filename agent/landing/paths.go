@@ -121,6 +121,10 @@ func (p Paths) MainText(text string) string {
 // access log sees the probe.
 const ProbeAddr = "127.79.70.1"
 
+// probeMarker names the probe server; agent/nginx looks for it before
+// probing (nginx.ProbeMarker).
+const probeMarker = "server_name openflare-agent-probe;"
+
 // ProbePath is the probe's location.
 const ProbePath = "/openflare/agent-probe"
 
@@ -141,7 +145,7 @@ func (p Paths) probeServer(text string) string {
 	return fmt.Sprintf(`    # openflare-agent self-probe: loopback only, called by the agent after each reload.
     server {
         listen %s:%d;
-        server_name openflare-agent-probe;
+        %s
         access_log off;
         location = %s {
             %s
@@ -150,7 +154,7 @@ func (p Paths) probeServer(text string) string {
             return 404;
         }
     }
-`, ProbeAddr, p.ObservabilityPort, ProbePath, handler)
+`, ProbeAddr, p.ObservabilityPort, probeMarker, ProbePath, handler)
 }
 
 // wafInit makes every worker initialise the WAF runtime (PROTOCOL 6.2

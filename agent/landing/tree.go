@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/openflare/openflare-agent/agent/osuser"
@@ -19,7 +20,7 @@ var ErrWorkerAccess = errors.New("nginx workers cannot reach the agent's files")
 
 // Tree is the agent's directory layout, sorted by who needs what: nginx
 // workers read some of it at request time, write some of it (temp files,
-// cache), and must not read the rest (state, backups, agent.json).
+// cache), and must not read the rest (state, backups, configs, keys).
 type Tree struct {
 	Paths   Paths
 	DataDir string
@@ -27,18 +28,46 @@ type Tree struct {
 	StateDir string
 }
 
-// workerRead are the directories workers read files from at request time:
-// Lua, the WAF config and IP-group snapshot, error-page and service-worker
-// templates, Pages releases. The config directories are on the list
-// because cert_dir and lua_dir sit below them in the default layout.
-func (t Tree) workerRead() []string {
+// readDirs are the directories workers read files from at request time.
+func (t Tree) readDirs() []string {
 	p := t.Paths
-	return []string{filepath.Dir(p.Main), filepath.Dir(p.Route), p.CertDir, p.LuaDir, p.RuntimeConfigDir, p.PagesDir}
+	dirs := []string{p.CertDir, p.LuaDir, p.RuntimeConfigDir, p.PagesDir}
+	for _, db := range []string{p.CountryMMDB, p.CityMMDB} {
+		if db != "" && !slices.Contains(dirs, filepath.Dir(db)) {
+			dirs = append(dirs, filepath.Dir(db))
+		}
+	}
+	return dirs
 }
 
-// workerWrite are the directories workers write: the *_temp_path dirs and
-// the proxy cache.
-func (t Tree) workerWrite() []string {
+// readTrees are the directories whose whole content workers read: Lua,
+// the error-page and service-worker templates, Pages releases.
+func (t Tree) readTrees() []string {
+	p := t.Paths
+	return []string{p.LuaDir, filepath.Join(p.CertDir, "error_pages"), filepath.Join(p.CertDir, "sw"), p.PagesDir}
+}
+
+// readFiles are single files workers read beside files they must not
+// (runtime_config_dir also holds the raw source with basic-auth secrets).
+func (t Tree) readFiles() []string {
+	p := t.Paths
+	files := []string{
+		filepath.Join(p.RuntimeConfigDir, wafConfigName),
+		filepath.Join(p.RuntimeConfigDir, "waf_ip_groups.json"),
+		filepath.Join(p.RuntimeConfigDir, "waf_ip_groups.json.checksum"),
+	}
+	for _, db := range []string{p.CountryMMDB, p.CityMMDB} {
+		if db != "" {
+			files = append(files, db)
+		}
+	}
+	return files
+}
+
+// writeDirs are the directories workers write: the *_temp_path dirs and
+// the proxy cache. nginx's master gives them to the worker user itself
+// when it loads a config as root.
+func (t Tree) writeDirs() []string {
 	dirs := []string{t.Paths.ProxyCache}
 	for _, tp := range tempPaths {
 		dirs = append(dirs, filepath.Join(t.Paths.TempDir, tp[1]))
@@ -46,202 +75,258 @@ func (t Tree) workerWrite() []string {
 	return dirs
 }
 
-// Prepare creates the layout with modes made for the worker identity w:
-// worker-read directories 0755, worker-write directories 0700 owned by
-// the worker, agent-private directories 0700, and every directory between
-// data_dir and a worker directory traversable. With repair it also resets
-// the modes of existing worker-read directories and their sub-directories,
-// which an older release (or a restrictive umask) left unreadable. Parents
-// outside data_dir are never changed: one the workers cannot traverse is
-// an ErrWorkerAccess naming it.
+// Prepare creates the layout with modes made for the worker identity w,
+// whatever the umask: worker-read directories 0755, worker-write ones
+// 0700, the agent's private state 0700, and every directory between
+// data_dir and a worker directory traversable (o+x, not listable). With
+// repair it also resets what workers read (Lua, templates, the WAF files,
+// Pages) to be readable, for trees an older release or a restrictive umask
+// left closed. Nothing outside data_dir is ever changed, symbolic links
+// included: a parent outside it that the workers cannot traverse is an
+// ErrWorkerAccess naming it. The layout is complete even then, so nginx
+// can still be started from it.
 func (t Tree) Prepare(w osuser.Identity, repair bool) error {
-	// The private directory first, so the parents it creates start closed
-	// and only the paths to worker directories are opened below.
+	// The private directory first, so that only the ways to worker
+	// directories are opened below.
 	if err := state.MkdirAll(t.StateDir, state.DirMode); err != nil {
 		return err
 	}
-	for _, d := range t.Paths.Dirs() {
+	write := t.writeDirs()
+	for _, d := range append(t.Paths.Dirs(), t.readDirs()...) {
+		if slices.Contains(write, d) {
+			continue
+		}
 		if err := state.MkdirAll(d, configDirMode); err != nil {
 			return err
 		}
 	}
-	for _, d := range t.workerRead() {
-		if err := state.MkdirAll(d, configDirMode); err != nil {
+	for _, d := range write {
+		if err := state.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
-	for _, d := range t.workerWrite() {
-		if err := t.ownWorkerDir(d, w); err != nil {
-			return err
-		}
+	root, err := filepath.EvalSymlinks(t.DataDir)
+	if err != nil {
+		return fmt.Errorf("resolve data_dir: %w", err)
 	}
 	if repair {
-		for _, d := range t.workerRead() {
-			if err := t.repairReadable(d); err != nil {
-				return err
-			}
+		if err := t.repair(root); err != nil {
+			return err
 		}
 	}
-	var problems []string
-	for _, d := range append(t.workerRead(), t.workerWrite()...) {
-		if err := t.openPath(d); err != nil {
+	// Workers need to traverse to each directory; into a worker-write
+	// directory only its owner (nginx gives it to them) goes further.
+	var need []string
+	need = append(need, t.readDirs()...)
+	for _, d := range write {
+		need = append(need, filepath.Dir(d))
+	}
+	blocked := map[string][]string{}
+	var order []string
+	for _, d := range need {
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", d, err)
+		}
+		if err := openPath(root, real); err != nil {
 			return err
 		}
 		if w.UID == 0 {
 			continue
 		}
-		blocked, err := w.Unreachable(d)
+		b, err := w.Unreachable(real)
 		if err != nil {
 			return fmt.Errorf("check %s: %w", d, err)
 		}
-		if blocked != "" {
-			problems = append(problems, fmt.Sprintf("%s (needed for %s)", blocked, d))
+		if b != "" {
+			if _, ok := blocked[b]; !ok {
+				order = append(order, b)
+			}
+			blocked[b] = append(blocked[b], d)
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: workers run as %s and cannot traverse %s; make it traversable (chmod o+x) or choose a data_dir they can reach", ErrWorkerAccess, w, strings.Join(dedupe(problems), ", "))
+	if len(order) > 0 {
+		var parts []string
+		for _, b := range order {
+			parts = append(parts, fmt.Sprintf("%s (on the way to %s)", b, strings.Join(blocked[b], ", ")))
+		}
+		return fmt.Errorf("%w: workers run as %s and cannot traverse %s; make it traversable (chmod o+x) or choose a data_dir they can reach", ErrWorkerAccess, w, strings.Join(parts, "; "))
 	}
 	return nil
 }
 
-// inside reports whether p is data_dir or below it.
-func (t Tree) inside(p string) bool {
-	dd := filepath.Clean(t.DataDir)
-	p = filepath.Clean(p)
-	return p == dd || strings.HasPrefix(p, dd+string(filepath.Separator))
+// within reports whether p is root or below it (both resolved).
+func within(root, p string) bool {
+	return p == root || strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
-// openPath makes every directory from data_dir down to d traversable by
-// others (the workers are another user whenever the agent is root).
-func (t Tree) openPath(d string) error {
-	if !t.inside(d) {
-		return nil
-	}
-	for p := filepath.Clean(d); t.inside(p); p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
+// openPath makes every directory from root down to dir traversable by
+// others (the workers are another user whenever the agent is root). Both
+// paths are resolved, so only directories really inside data_dir change.
+func openPath(root, dir string) error {
+	for p := dir; within(root, p); p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
 		if err != nil {
 			return fmt.Errorf("open up %s: %w", p, err)
 		}
-		if mode := fi.Mode().Perm(); mode&0o011 != 0o011 {
+		if mode := fi.Mode().Perm(); fi.IsDir() && mode&0o011 != 0o011 {
 			if err := os.Chmod(p, mode|0o011); err != nil {
 				return fmt.Errorf("make %s traversable for nginx workers: %w", p, err)
 			}
 		}
-		if p == filepath.Dir(p) {
+		if p == root {
 			break
 		}
 	}
 	return nil
 }
 
-// ownWorkerDir creates a directory workers write to, owned by them. nginx's
-// master does the same chown at start when it runs as root; doing it here
-// too means nothing depends on which of the two ran last.
-func (t Tree) ownWorkerDir(d string, w osuser.Identity) error {
-	if err := state.MkdirAll(d, 0o700); err != nil {
-		return err
+// repair makes what workers read readable: directories of the read trees
+// 0755, their files (private keys aside) and the single read files o+r.
+// Only paths inside root (data_dir, resolved) are touched, links are not
+// followed, and the state directory is never entered.
+func (t Tree) repair(root string) error {
+	stateDir, _ := filepath.EvalSymlinks(t.StateDir)
+	for _, tree := range t.readTrees() {
+		real, err := filepath.EvalSymlinks(tree)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", tree, err)
+		}
+		if !within(root, real) {
+			continue
+		}
+		err = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.IsDir() && p == stateDir:
+				return fs.SkipDir
+			case d.IsDir():
+				return chmodTo(p, configDirMode)
+			case d.Type().IsRegular() && !strings.HasSuffix(p, ".key"):
+				return addRead(p)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("repair %s: %w", tree, err)
+		}
 	}
-	if os.Geteuid() == 0 && w.UID != 0 {
-		if err := os.Chown(d, w.UID, w.GID); err != nil {
-			return fmt.Errorf("give %s to the nginx workers: %w", d, err)
+	for _, f := range t.readFiles() {
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(filepath.Dir(f)); err == nil && within(root, real) {
+			if err := addRead(f); err != nil {
+				return fmt.Errorf("repair %s: %w", f, err)
+			}
 		}
 	}
 	return nil
 }
 
-// repairReadable resets dir and its sub-directories to 0755 and makes the
-// non-secret files in it readable by others.
-func (t Tree) repairReadable(dir string) error {
-	if !t.inside(dir) {
-		return nil
+func chmodTo(p string, mode fs.FileMode) error {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode().Perm() == mode {
+		return err
 	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		want := fi.Mode().Perm()
-		switch {
-		case d.IsDir():
-			want = configDirMode
-		case secret(p, t.Paths):
-			return nil
-		case fi.Mode().IsRegular():
-			want |= 0o044
-		}
-		if want != fi.Mode().Perm() {
-			if err := os.Chmod(p, want); err != nil {
-				return fmt.Errorf("repair mode of %s: %w", p, err)
-			}
-		}
-		return nil
-	})
+	return os.Chmod(p, mode)
 }
 
-// secret reports whether a file under a worker-read directory is one the
-// workers must not read: private keys and the nginx configs (basic-auth
-// credentials) are the master's, the raw source JSON is the agent's.
-func secret(p string, paths Paths) bool {
-	return strings.HasSuffix(p, ".key") || p == paths.Main || p == paths.Route ||
-		p == filepath.Join(paths.RuntimeConfigDir, openrestyConfigName) ||
-		strings.Contains(filepath.Base(p), ".tmp-")
+func addRead(p string) error {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode().Perm()&0o044 == 0o044 {
+		return err
+	}
+	return os.Chmod(p, fi.Mode().Perm()|0o044)
 }
 
-// Unreadable lists every file the workers read at request time that w
-// cannot open, and every worker directory w cannot write, for `check`.
-func (t Tree) Unreadable(w osuser.Identity) []string {
+// Problem is something the workers cannot reach, for `check`.
+type Problem struct {
+	Path   string
+	Reason string
+	// Fixed is true when the agent repairs it at its next start (it lies
+	// inside data_dir); false needs the operator.
+	Fixed bool
+}
+
+func (p Problem) String() string {
+	s := p.Path + ": " + p.Reason
+	if p.Fixed {
+		s += " (the agent repairs this at start)"
+	}
+	return s
+}
+
+// Unreadable lists what the workers read at request time but w cannot
+// open, and the directories on the way that w cannot traverse.
+func (t Tree) Unreadable(w osuser.Identity) []Problem {
 	if w.UID == 0 {
 		return nil
 	}
-	var out []string
-	for _, dir := range append(t.workerRead(), t.workerWrite()...) {
-		// Before the first start most of the tree does not exist yet: its
-		// nearest existing parent is what the workers must get through.
-		if blocked := unreachableExisting(w, dir); blocked != "" {
-			out = append(out, fmt.Sprintf("%s: directory %s is not traversable", dir, blocked))
+	root, err := filepath.EvalSymlinks(t.DataDir)
+	if err != nil {
+		root = filepath.Clean(t.DataDir)
+	}
+	var out []Problem
+	seen := map[string]bool{}
+	add := func(p Problem) {
+		if !seen[p.Path] {
+			seen[p.Path] = true
+			out = append(out, p)
 		}
 	}
-	for _, dir := range t.workerRead() {
-		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
+	fixed := func(p string) bool {
+		real, err := filepath.EvalSymlinks(p)
+		return err == nil && within(root, real)
+	}
+	// Before the first start most of the tree does not exist yet: its
+	// nearest existing parent is what the workers must get through.
+	need := t.readDirs()
+	for _, d := range t.writeDirs() {
+		// nginx's master gives the directory itself to the workers.
+		need = append(need, filepath.Dir(d))
+	}
+	for _, d := range need {
+		if b := unreachableExisting(w, d); b != "" {
+			add(Problem{Path: b, Reason: "directory not traversable by the workers", Fixed: fixed(b)})
+		}
+	}
+	check := func(p string) {
+		if b, err := w.Unreachable(filepath.Dir(p)); err != nil || b != "" {
+			return // reported as a directory above
+		}
+		if ok, err := w.CanPath(p, osuser.Read); err == nil && !ok {
+			add(Problem{Path: p, Reason: "not readable by the workers", Fixed: fixed(filepath.Dir(p))})
+		}
+	}
+	for _, tree := range t.readTrees() {
+		filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
 				return nil
-			}
-			if d.IsDir() {
-				if p != dir && isListed(p, t.workerRead()) {
+			case d.IsDir():
+				if b, err := w.Unreachable(p); err == nil && b == p {
+					add(Problem{Path: p, Reason: "directory not traversable by the workers", Fixed: fixed(p)})
 					return fs.SkipDir
 				}
-				return nil
-			}
-			if !d.Type().IsRegular() || secret(p, t.Paths) {
-				return nil
-			}
-			if blocked, err := w.Unreachable(filepath.Dir(p)); err == nil && blocked != "" {
-				if !strings.HasPrefix(filepath.Clean(dir), blocked) {
-					out = append(out, fmt.Sprintf("%s: directory %s is not traversable", p, blocked))
-				}
-				return nil
-			}
-			if ok, err := w.CanPath(p, osuser.Read); err == nil && !ok {
-				out = append(out, p+": not readable")
+			case d.Type().IsRegular() && !strings.HasSuffix(p, ".key"):
+				check(p)
 			}
 			return nil
 		})
 	}
-	for _, d := range t.workerWrite() {
-		if ok, err := w.CanPath(d, osuser.Write|osuser.Traverse); err == nil && !ok {
-			out = append(out, d+": not writable")
+	for _, f := range t.readFiles() {
+		if _, err := os.Stat(f); err == nil {
+			check(f)
 		}
 	}
-	return dedupe(out)
+	return out
 }
 
 // unreachableExisting is Unreachable for the nearest existing directory
@@ -256,27 +341,4 @@ func unreachableExisting(w osuser.Identity, dir string) string {
 			return ""
 		}
 	}
-}
-
-// isListed reports whether dir is itself one of the roots (walked on its
-// own turn).
-func isListed(dir string, roots []string) bool {
-	for _, r := range roots {
-		if filepath.Clean(r) == dir {
-			return true
-		}
-	}
-	return false
-}
-
-func dedupe(s []string) []string {
-	seen := map[string]bool{}
-	out := s[:0]
-	for _, v := range s {
-		if !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package landing
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func TestPrepareUnderUmask077(t *testing.T) {
 	if err := tr.Prepare(nobody, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range tr.workerRead() {
+	for _, d := range tr.readDirs() {
 		if m := mode(t, d); m != 0o755 {
 			t.Errorf("worker-read dir %s is %v", d, m)
 		}
@@ -64,12 +65,12 @@ func TestPrepareUnderUmask077(t *testing.T) {
 	if m := mode(t, tr.StateDir); m&0o004 != 0 {
 		t.Errorf("state dir is %v: listable by the workers", m)
 	}
-	for _, d := range tr.workerWrite() {
-		if m := mode(t, d); m&0o700 != 0o700 {
-			t.Errorf("worker temp dir %s is %v", d, m)
+	for _, d := range tr.writeDirs() {
+		if m := mode(t, d); m != 0o700 {
+			t.Errorf("worker temp dir %s is %v, want 0700 (nginx gives it to the workers)", d, m)
 		}
 	}
-	if problems := tr.Unreadable(osuser.Identity{UID: os.Geteuid(), GID: os.Getegid()}); len(problems) != 0 {
+	if problems := tr.Unreadable(osuser.Identity{UID: 1 + os.Geteuid(), GID: os.Getegid()}); len(problems) != 0 {
 		t.Errorf("the owner cannot use its own tree: %q", problems)
 	}
 }
@@ -89,8 +90,15 @@ func TestPrepareRefusesClosedParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := tr.Prepare(nobody, false)
-	if !errors.Is(err, ErrWorkerAccess) || !strings.Contains(err.Error(), base) {
+	if !errors.Is(err, ErrWorkerAccess) || !strings.Contains(err.Error(), "cannot traverse "+base+" (on the way") {
 		t.Fatalf("err = %v", err)
+	}
+	// The layout is still complete, so nginx can be started from it.
+	if _, err := os.Stat(tr.Paths.LuaDir); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Unreadable(nobody); len(got) == 0 || got[0].Path != base || got[0].Fixed {
+		t.Fatalf("check's list: %v", got)
 	}
 	if m := mode(t, base); m != 0o700 {
 		t.Fatalf("the agent changed a directory outside data_dir to %v", m)
@@ -121,10 +129,15 @@ func TestRepairAndUnreadable(t *testing.T) {
 		os.Chmod(p, m)
 	}
 	os.Chmod(waf, 0o750)
-	got := strings.Join(tr.Unreadable(nobody), "\n")
-	if !strings.Contains(got, check) || strings.Contains(got, key) {
-		t.Fatalf("unreadable list:\n%s", got)
+	got := fmt.Sprint(tr.Unreadable(nobody))
+	if !strings.Contains(got, waf+": directory not traversable") || strings.Contains(got, key) {
+		t.Fatalf("unreadable list: %s", got)
 	}
+	os.Chmod(waf, 0o755)
+	if got := fmt.Sprint(tr.Unreadable(nobody)); !strings.Contains(got, check+": not readable") || !strings.Contains(got, "repairs this at start") {
+		t.Fatalf("unreadable list: %s", got)
+	}
+	os.Chmod(waf, 0o750)
 	if err := tr.Prepare(nobody, true); err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +152,52 @@ func TestRepairAndUnreadable(t *testing.T) {
 	}
 	if got := tr.Unreadable(nobody); len(got) != 0 {
 		t.Errorf("still unreadable after repair: %q", got)
+	}
+}
+
+// A link inside data_dir that points outside it is not followed: the
+// directory it names keeps its mode.
+func TestPrepareDoesNotFollowLinksOut(t *testing.T) {
+	tr, base := testTree(t)
+	outside := filepath.Join(base, "outside")
+	if err := os.Mkdir(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(outside, 0o700)
+	if err := os.MkdirAll(filepath.Join(tr.DataDir, "var"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(tr.DataDir, "var", "cache")); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Prepare(nobody, true)
+	if m := mode(t, outside); m != 0o700 {
+		t.Fatalf("a directory outside data_dir went from 0700 to %v (err %v)", m, err)
+	}
+	if !errors.Is(err, ErrWorkerAccess) || !strings.Contains(err.Error(), outside) {
+		t.Fatalf("err = %v, want the closed link target named", err)
+	}
+}
+
+// Repair never opens the agent's own files, even when a worker-read tree
+// is configured above the state directory.
+func TestRepairKeepsStatePrivate(t *testing.T) {
+	tr, _ := testTree(t)
+	tr.Paths.PagesDir = filepath.Join(tr.DataDir, "var", "lib")
+	if err := tr.Prepare(nobody, false); err != nil {
+		t.Fatal(err)
+	}
+	st := filepath.Join(tr.StateDir, "agent-state.json")
+	if err := os.WriteFile(st, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Prepare(nobody, true); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(t, st); m != 0o600 {
+		t.Fatalf("state file is %v after repair", m)
+	}
+	if m := mode(t, tr.StateDir); m&0o004 != 0 {
+		t.Fatalf("state dir is %v after repair", m)
 	}
 }

@@ -192,6 +192,15 @@ func enclosingBlock(lines []string, i int) (int, int) {
 
 func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
+// ForFallback is the adapter for the safe fallback config: the fallback
+// must start when nothing else can, so an nginx_user that does not exist
+// gives way to the system fallback users instead of failing it too.
+func (a *Adapter) ForFallback() *Adapter {
+	b := *a
+	b.NginxUser = ""
+	return &b
+}
+
 // Worker is the identity workers get from a main config naming template
 // as its user ("" for none).
 func (a *Adapter) Worker(template string) (osuser.Identity, error) {

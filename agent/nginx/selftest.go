@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 )
@@ -33,6 +34,14 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 	if n.ProbeURL == "" {
 		return nil
 	}
+	if main, err := os.ReadFile(n.MainConfig); err == nil && !strings.Contains(string(main), ProbeMarker) {
+		// A config landed by an older release, or a template whose http
+		// block the agent could not find: there is nothing to ask.
+		if n.Log != nil {
+			n.Log.Warn("the running config has no self-probe listener; not probed", "config", n.MainConfig)
+		}
+		return nil
+	}
 	client := &http.Client{
 		Timeout: probeWait,
 		// The probe never goes anywhere but the loopback listener.
@@ -53,14 +62,31 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 			break
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
+			return fmt.Errorf("%w: interrupted: %v", ErrProbe, err)
 		}
 	}
 	msg := last.Error()
-	if logged := distinct(n.logSince(mark, "[emerg]", "[crit]", "[error]"), 4); logged != "" {
+	if logged := distinct(probeLines(n.logSince(mark, "[emerg]", "[crit]", "[error]")), 4); logged != "" {
 		msg += "; nginx error log: " + logged
 	}
 	return fmt.Errorf("%w: %s", ErrProbe, msg)
+}
+
+// ProbeMarker is in every main config that carries the probe listener.
+const ProbeMarker = "server_name openflare-agent-probe;"
+
+// probeLines keeps the error-log lines about the probe itself or about
+// workers that could not initialise; a busy node's other errors (an
+// origin down) say nothing about the probe.
+func probeLines(lines string) string {
+	var keep []string
+	for _, l := range strings.Split(lines, "; ") {
+		if strings.Contains(l, "[emerg]") || strings.Contains(l, "[crit]") ||
+			strings.Contains(l, "openflare-agent-probe") || strings.Contains(l, "init_worker_by_lua") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "; ")
 }
 
 // distinct keeps the first max log lines that differ once the time stamp

@@ -202,12 +202,19 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 	case h.SingleUID:
 		// A one-uid user namespace (tests, rootless containers): uid 0 is
 		// the only user there is.
-		id := d.identity(Account{Name: "root", UID: 0, GID: 0}, "")
-		if acct, ok := d.UserByID(0); ok {
-			id = d.identity(acct, "")
+		acct, ok := d.UserByID(0)
+		if !ok {
+			acct = Account{Name: "root"}
 		}
-		id.Why = "single-uid user namespace: root is the only user nginx can switch to"
-		return id, nil
+		group, ok := d.GroupName(0)
+		if !ok {
+			group = "root"
+		}
+		return Identity{
+			User: acct.Name, Group: group,
+			Directive: "user " + acct.Name + " " + group + ";",
+			Why:       "single-uid user namespace: root is the only user nginx can switch to",
+		}, nil
 	}
 	if configured != "" {
 		u, g := splitUserGroup(configured)
@@ -220,9 +227,9 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 				return Identity{}, fmt.Errorf("%w: agent.json nginx_user %q: no such group in /etc/group", ErrUnknownUser, g)
 			}
 		}
-		id := d.identity(acct, g)
+		id, err := d.identity(acct, g)
 		id.Why = "agent.json nginx_user"
-		return id, nil
+		return id, err
 	}
 	if template != "" {
 		u, g := splitUserGroup(template)
@@ -233,14 +240,18 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 		case acct.UID == 0:
 			// Root workers are an owner's decision, made locally.
 		case g == "" || gok:
-			id := d.identity(acct, g)
-			id.Why = "the template's user directive"
-			return id, nil
+			if id, err := d.identity(acct, g); err == nil {
+				id.Why = "the template's user directive"
+				return id, nil
+			}
 		}
 	}
 	for _, name := range Fallbacks {
 		if acct, ok := d.User(name); ok && acct.UID != 0 {
-			id := d.identity(acct, "")
+			id, err := d.identity(acct, "")
+			if err != nil {
+				continue
+			}
 			id.Why = "fallback: the template names no usable user (nginx_user in agent.json sets one)"
 			if template != "" {
 				u, _ := splitUserGroup(template)
@@ -253,22 +264,22 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 }
 
 // identity completes an account with its group: the named one, else its
-// primary group. nginx would otherwise look for a group named like the
-// user, which Debian's nobody does not have.
-func (d DB) identity(acct Account, group string) Identity {
+// primary group, by name. nginx would otherwise look for a group named
+// like the user (Debian's nobody has none) and cannot take a number.
+func (d DB) identity(acct Account, group string) (Identity, error) {
 	gid := acct.GID
 	if group != "" {
 		gid, _ = d.GroupID(group)
 	} else if name, ok := d.GroupName(acct.GID); ok {
 		group = name
 	} else {
-		group = strconv.Itoa(acct.GID)
+		return Identity{}, fmt.Errorf("%w: the primary group (gid %d) of user %q has no /etc/group entry; name a group in nginx_user (\"user:group\")", ErrUnknownUser, acct.GID, acct.Name)
 	}
 	return Identity{
 		User: acct.Name, Group: group, UID: acct.UID, GID: gid,
 		Groups:    d.memberOf(acct.Name),
 		Directive: "user " + acct.Name + " " + group + ";",
-	}
+	}, nil
 }
 
 func splitUserGroup(s string) (string, string) {
@@ -327,6 +338,10 @@ func (id Identity) CanPath(path string, a Access) (bool, error) {
 // the identity cannot traverse, or "".
 func (id Identity) Unreachable(dir string) (string, error) {
 	dir = filepath.Clean(dir)
+	// The kernel walks the link targets, not the names.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	var chain []string
 	for p := dir; ; p = filepath.Dir(p) {
 		chain = append(chain, p)

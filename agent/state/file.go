@@ -24,12 +24,16 @@ const (
 	DirMode  fs.FileMode = 0o700
 )
 
-// MkdirAll is os.MkdirAll with the mode applied exactly to every directory
-// it creates: os.MkdirAll's mode is filtered by the umask, and an agent
-// started under umask 077 would otherwise hide its tree from nginx workers.
-// Existing directories are left as they are.
+// MkdirAll creates path with mode applied exactly (os.MkdirAll's mode is
+// filtered by the umask, and an agent started under umask 077 would hide
+// its tree from the nginx workers). Missing parents get 0755, as mkdir -p
+// gives them, so creating a private directory never closes the way to a
+// sibling. Existing directories are left as they are.
 func MkdirAll(path string, mode fs.FileMode) error {
-	path = filepath.Clean(path)
+	return mkdirAll(filepath.Clean(path), mode)
+}
+
+func mkdirAll(path string, mode fs.FileMode) error {
 	fi, err := os.Stat(path)
 	if err == nil {
 		if !fi.IsDir() {
@@ -41,11 +45,14 @@ func MkdirAll(path string, mode fs.FileMode) error {
 		return fmt.Errorf("mkdir %s: %w", path, err)
 	}
 	if parent := filepath.Dir(path); parent != path {
-		if err := MkdirAll(parent, mode); err != nil {
+		if err := mkdirAll(parent, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(path, mode); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil // made meanwhile by someone else: theirs to set
+		}
 		return fmt.Errorf("mkdir %s: %w", path, err)
 	}
 	if err := os.Chmod(path, mode); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -198,11 +199,18 @@ func (s *Syncer) startFallback(ctx context.Context) error {
 	if s.Ctl == nil || s.Ctl.Caps == nil {
 		return errors.New("nginx binary not usable: " + s.ProbeErr)
 	}
-	mainText, err := s.Adapter.Main(s.Fallback)
+	adapter := s.Adapter.ForFallback()
+	mainText, err := adapter.Main(s.Fallback)
 	if err != nil {
 		return err
 	}
-	if err := s.prepare(s.Fallback, false); err != nil {
+	w, err := adapter.Worker(nginx.TemplateUser(s.Fallback))
+	if err != nil {
+		return err
+	}
+	// The fallback serves only a 503 and reads none of the tree: a parent
+	// closed to the workers is reported, and the fallback starts anyway.
+	if err := s.Tree.Prepare(w, false); err != nil && !errors.Is(err, landing.ErrWorkerAccess) {
 		return err
 	}
 	if err := landing.FallbackPlan(s.Paths, mainText).Write(nil); err != nil {

@@ -99,7 +99,13 @@ func (s *Syncer) ensure(ctx context.Context, reload bool) error {
 		return nil
 	}
 	if err := s.prepareLanded(false); err != nil {
-		return fmt.Errorf("boot: %w", err)
+		// nginx is started all the same: the layout is complete, and a
+		// node that serves part of its sites (the probe says which part
+		// fails) beats a dark one.
+		s.Log.Error("the nginx workers cannot use the agent's files", "err", err)
+		if uerr := s.Store.Update(func(st *state.State) { st.LastError = err.Error() }); uerr != nil {
+			s.Log.Error("record boot error", "err", uerr)
+		}
 	}
 	err := s.Ctl.Test(ctx, s.Paths.Main)
 	if err == nil {

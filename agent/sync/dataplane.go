@@ -75,9 +75,14 @@ func (s *Syncer) prepareLanded(repair bool) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	w, err := s.Adapter.Worker(nginx.TemplateUser(string(text)))
-	if err != nil {
-		return err
+	user := nginx.TemplateUser(string(text))
+	w, werr := s.Adapter.Worker(user)
+	if werr != nil {
+		// nginx_user no longer exists: lay the tree out for the system
+		// fallback user, and still report the problem.
+		if w, err = s.Adapter.ForFallback().Worker(user); err != nil {
+			return errors.Join(werr, err)
+		}
 	}
-	return s.Tree.Prepare(w, repair)
+	return errors.Join(werr, s.Tree.Prepare(w, repair))
 }

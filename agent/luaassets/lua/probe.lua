@@ -32,6 +32,8 @@ local OPTIONAL_FILES = {
     CERT_DIR .. "/sw/offline.html",
     CERT_DIR .. "/sw/runtime.lua",
     CERT_DIR .. "/sw/challenge.lua",
+    "__OPENFLARE_COUNTRY_MMDB_PATH__",
+    "__OPENFLARE_CITY_MMDB_PATH__",
 }
 
 local TEMP_DIRS = { "client_temp", "proxy_temp", "fastcgi_temp", "uwsgi_temp", "scgi_temp" }
