@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"sort"
 
-	"github.com/openflare/openflare-agent/agent/state"
 )
 
 // PersistToken stores a node token in agent.json and clears discovery_token,
@@ -30,7 +30,7 @@ func PersistToken(path, token string) error {
 	if err != nil {
 		return fmt.Errorf("persist token to %s: %w", path, err)
 	}
-	if err := state.WriteFile(path, out, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, out, 0o600); err != nil {
 		return fmt.Errorf("persist token: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io"
 	"io/fs"
 	"maps"
@@ -15,7 +16,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/state"
 )
 
 // File names inside runtime_config_dir (PROTOCOL 7.3).
@@ -190,10 +190,10 @@ func checksumLine(data []byte) []byte {
 // atomically. The Lua side reads the JSON only after the checksum file
 // changes, so it never sees a checksum whose JSON is not complete on disk.
 func writeSnapshot(dir string, data []byte) error {
-	if err := state.WriteFile(filepath.Join(dir, snapshotName), data, fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, snapshotName), data, fileMode); err != nil {
 		return fmt.Errorf("ip groups: %w", err)
 	}
-	if err := state.WriteFile(filepath.Join(dir, checksumName), checksumLine(data), fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, checksumName), checksumLine(data), fileMode); err != nil {
 		return fmt.Errorf("ip groups: %w", err)
 	}
 	return nil
@@ -212,7 +212,7 @@ func moveAside(dir string) (string, error) {
 	if err := os.Remove(filepath.Join(dir, checksumName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("ip groups: remove stale checksum file: %w", err)
 	}
-	return aside, state.SyncDir(dir)
+	return aside, atomicfile.SyncDir(dir)
 }
 
 // removeStaleTemps deletes temp files a write killed mid-way left behind;

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/agent/state"
 )
 
 // Store is the snapshot in runtime_config_dir: waf_ip_groups.json and
@@ -68,7 +68,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := state.MkdirAll(dir, dirMode); err != nil {
+	if err := atomicfile.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("ip groups: create %s: %w", dir, err)
 	}
 	removeStaleTemps(dir)
@@ -106,7 +106,7 @@ func (s *Store) repairChecksum(data []byte) error {
 	if err == nil && bytes.Equal(have, want) {
 		return nil
 	}
-	if err := state.WriteFile(filepath.Join(s.dir, checksumName), want, fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, checksumName), want, fileMode); err != nil {
 		return fmt.Errorf("ip groups: repair checksum file: %w", err)
 	}
 	s.log.Info("ip group checksum file did not match the snapshot; rewritten", "path", filepath.Join(s.dir, checksumName))

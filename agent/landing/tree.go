@@ -3,6 +3,7 @@ package landing
 import (
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -88,7 +89,7 @@ func (t Tree) writeDirs() []string {
 func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 	// The private directory first, so that only the ways to worker
 	// directories are opened below.
-	if err := state.MkdirAll(t.StateDir, state.DirMode); err != nil {
+	if err := atomicfile.MkdirAll(t.StateDir, state.DirMode); err != nil {
 		return err
 	}
 	write := t.writeDirs()
@@ -96,12 +97,12 @@ func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 		if slices.Contains(write, d) {
 			continue
 		}
-		if err := state.MkdirAll(d, configDirMode); err != nil {
+		if err := atomicfile.MkdirAll(d, configDirMode); err != nil {
 			return err
 		}
 	}
 	for _, d := range write {
-		if err := state.MkdirAll(d, 0o700); err != nil {
+		if err := atomicfile.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}

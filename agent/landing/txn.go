@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,14 +54,14 @@ func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
 	}
-	if err := state.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	// The new directories must survive a power cut as well as the files.
-	if err := state.SyncDir(filepath.Dir(dir)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
-	if err := state.SyncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	t := &Txn{dir: dir, m: manifest{From: from, To: to, Managed: managed}}
@@ -86,7 +87,7 @@ func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
 		}
 		t.m.Entries = append(t.m.Entries, entry{Path: p, Mode: fi.Mode().Perm(), Saved: saved})
 	}
-	if err := state.SyncDir(filepath.Join(dir, "files")); err != nil {
+	if err := atomicfile.SyncDir(filepath.Join(dir, "files")); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	if err := state.SaveJSON(filepath.Join(dir, manifestName), t.m); err != nil {
@@ -123,7 +124,7 @@ func (t *Txn) Restore() error {
 			if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("restore: remove %s: %w", e.Path, err))
 			}
-			state.SyncDir(filepath.Dir(e.Path))
+			atomicfile.SyncDir(filepath.Dir(e.Path))
 			pruneEmptyParents(e.Path, t.m.Managed)
 			continue
 		}
@@ -132,11 +133,11 @@ func (t *Txn) Restore() error {
 			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
 			continue
 		}
-		if err := state.MkdirAll(filepath.Dir(e.Path), configDirMode); err != nil {
+		if err := atomicfile.MkdirAll(filepath.Dir(e.Path), configDirMode); err != nil {
 			errs = append(errs, fmt.Errorf("restore %s: %w", e.Path, err))
 			continue
 		}
-		if err := state.WriteFile(e.Path, data, e.Mode); err != nil {
+		if err := atomicfile.WriteFile(e.Path, data, e.Mode); err != nil {
 			errs = append(errs, fmt.Errorf("restore: %w", err))
 		}
 	}
@@ -151,7 +152,7 @@ func (t *Txn) Commit() error {
 	if err := os.Remove(filepath.Join(t.dir, manifestName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("commit backup: %w", err)
 	}
-	if err := state.SyncDir(t.dir); err != nil {
+	if err := atomicfile.SyncDir(t.dir); err != nil {
 		return fmt.Errorf("commit backup: %w", err)
 	}
 	return os.RemoveAll(t.dir)

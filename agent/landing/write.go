@@ -3,12 +3,12 @@ package landing
 import (
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/openflare/openflare-agent/agent/state"
 )
 
 // nginx workers (often another user) read the Lua, error pages and service
@@ -21,7 +21,7 @@ const configDirMode = 0o755
 // cache paths.
 func MakeDirs(p Paths) error {
 	for _, d := range p.Dirs() {
-		if err := state.MkdirAll(d, configDirMode); err != nil {
+		if err := atomicfile.MkdirAll(d, configDirMode); err != nil {
 			return err
 		}
 	}
@@ -37,10 +37,10 @@ func (s *Set) Write(after func()) error {
 		if s.same[f.Path] {
 			continue
 		}
-		if err := state.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
+		if err := atomicfile.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
 			return fmt.Errorf("land %s: %w", f.Path, err)
 		}
-		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
 		if after != nil {
@@ -52,7 +52,7 @@ func (s *Set) Write(after func()) error {
 		if _, err := os.Lstat(f.Path); err == nil {
 			continue
 		}
-		if err := state.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
 	}
@@ -60,7 +60,7 @@ func (s *Set) Write(after func()) error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("land: remove %s: %w", p, err)
 		}
-		state.SyncDir(filepath.Dir(p))
+		atomicfile.SyncDir(filepath.Dir(p))
 	}
 	want := map[string]bool{}
 	for _, f := range s.Files {
@@ -74,7 +74,7 @@ func (s *Set) Write(after func()) error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("land: remove foreign %s: %w", p, err)
 		}
-		state.SyncDir(filepath.Dir(p))
+		atomicfile.SyncDir(filepath.Dir(p))
 		pruneEmptyParents(p, s.Managed)
 	}
 	return nil

@@ -3,6 +3,7 @@ package observability
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"log/slog"
 	"slices"
 
@@ -140,7 +141,7 @@ func (b *offlineBuffer) save(now int64) {
 		b.log.Warn("encode observability buffer", "path", b.path, "err", err)
 		return
 	}
-	if err := state.WriteFile(b.path, data, state.FileMode); err != nil {
+	if err := atomicfile.WriteFile(b.path, data, state.FileMode); err != nil {
 		b.log.Warn("write observability buffer", "path", b.path, "err", err)
 		return
 	}

@@ -139,16 +139,3 @@ func TestWrongShapeStateNotHalfApplied(t *testing.T) {
 		t.Fatalf("half-decoded state leaked: %+v", st.Get())
 	}
 }
-
-func TestWriteFileModesAndDir(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "a", "b")
-	path := filepath.Join(dir, "f.json")
-	if err := WriteFile(path, []byte("{}"), FileMode); err != nil {
-		t.Fatal(err)
-	}
-	di, _ := os.Stat(dir)
-	fi, _ := os.Stat(path)
-	if di.Mode().Perm() != DirMode || fi.Mode().Perm() != FileMode {
-		t.Fatalf("dir %v file %v", di.Mode().Perm(), fi.Mode().Perm())
-	}
-}
