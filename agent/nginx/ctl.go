@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/openflare/openflare-agent/internal/linux"
 )
 
 // Ctl runs one nginx binary against the agent's live main config. Start,
@@ -30,7 +32,11 @@ type Ctl struct {
 	// ProbeURL is the self-probe location of the landed main config; empty
 	// skips the probe.
 	ProbeURL string
+	// Proc is where process facts are read (zero: the real /proc).
+	Proc linux.FS
 }
+
+func (n *Ctl) procs() procTable { return procTable{n.Proc} }
 
 func (n *Ctl) settle() time.Duration {
 	if n.Settle > 0 {
@@ -76,26 +82,10 @@ func (n *Ctl) MasterPID() int {
 	if err != nil || pid <= 0 {
 		return 0
 	}
-	if !isNginx(pid) {
+	if !n.procs().isMaster(pid) {
 		return 0
 	}
 	return pid
-}
-
-// isNginx checks that pid is alive, not a zombie, and an nginx master.
-func isNginx(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
-		return false
-	}
-	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmd, []byte("master process"))
 }
 
 // Running reports whether a master is running.
@@ -116,17 +106,18 @@ func (n *Ctl) Activate(ctx context.Context) error {
 // error. (Workers may log [emerg] too, e.g. initgroups inside a user
 // namespace, without the reload failing.)
 func (n *Ctl) reload(ctx context.Context, pid int) error {
-	before := WorkerPIDs(pid)
+	procs := n.procs()
+	before := procs.workers(pid)
 	logMark := fileSize(n.ErrorLog)
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload: signal master %d: %w", pid, err)
 	}
 	deadline := time.Now().Add(n.settle())
 	for {
-		if !isNginx(pid) {
+		if !procs.isMaster(pid) {
 			return fmt.Errorf("reload: master %d exited: %s", pid, n.errorsSince(logMark))
 		}
-		if hasNew(before, WorkerPIDs(pid)) && retired(before) {
+		if hasNew(before, procs.workers(pid)) && procs.retired(before) {
 			return nil
 		}
 		if msg := n.errorsSince(logMark); strings.Contains(msg, fmt.Sprintf("[emerg] %d#", pid)) {
@@ -158,7 +149,7 @@ func (n *Ctl) Start(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(n.settle())
 	for {
-		if pid := n.MasterPID(); pid != 0 && len(WorkerPIDs(pid)) > 0 {
+		if pid := n.MasterPID(); pid != 0 && len(n.procs().workers(pid)) > 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -182,9 +173,9 @@ func (n *Ctl) Restart(ctx context.Context) error {
 		// Graceful quit first; a master that will not finish in time is
 		// terminated so the restart does not hang.
 		syscall.Kill(pid, syscall.SIGQUIT)
-		if !waitGone(ctx, pid, n.settle()) {
+		if !n.waitGone(ctx, pid, n.settle()) {
 			syscall.Kill(pid, syscall.SIGTERM)
-			if !waitGone(ctx, pid, 5*time.Second) {
+			if !n.waitGone(ctx, pid, 5*time.Second) {
 				return fmt.Errorf("restart: master %d did not exit", pid)
 			}
 		}
@@ -208,9 +199,9 @@ func (n *Ctl) waitLogQuiet(ctx context.Context) {
 	}
 }
 
-func waitGone(ctx context.Context, pid int, d time.Duration) bool {
+func (n *Ctl) waitGone(ctx context.Context, pid int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for isNginx(pid) {
+	for n.procs().isMaster(pid) {
 		if time.Now().After(deadline) || sleep(ctx, 20*time.Millisecond) != nil {
 			return false
 		}
@@ -267,56 +258,50 @@ func tail(p string, n int64) string {
 	return strings.TrimSpace(string(b))
 }
 
-// WorkerPIDs lists the live worker processes of a master.
-func WorkerPIDs(master int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
+// procTable reads nginx's processes from /proc.
+type procTable struct{ fs linux.FS }
+
+func (p procTable) proc() linux.FS {
+	if p.fs.Proc == "" {
+		return linux.Default()
 	}
-	want := []byte(strconv.Itoa(master) + " ")
+	return p.fs
+}
+
+// isMaster checks that pid is alive, not a zombie, and an nginx master.
+func (p procTable) isMaster(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	pr, err := p.proc().Process(pid)
+	return err == nil && !pr.Zombie() && strings.Contains(pr.Cmdline, "master process")
+}
+
+// workers lists the live worker processes of a master.
+func (p procTable) workers(master int) []int {
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == master {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// "pid (comm) S ppid ...": the state and ppid follow the last ')'.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+4 > len(stat) || stat[i+2] == 'Z' || !bytes.HasPrefix(stat[i+4:], want) {
-			continue
-		}
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if bytes.Contains(cmd, []byte("worker process")) {
-			pids = append(pids, pid)
+	for _, c := range p.proc().Children(master) {
+		if strings.Contains(c.Cmdline, "worker process") {
+			pids = append(pids, c.PID)
 		}
 	}
 	return pids
 }
 
+// WorkerPIDs lists the live worker processes of a master.
+func WorkerPIDs(master int) []int { return procTable{}.workers(master) }
+
 // retired reports whether every old worker has left or started its
 // graceful exit (nginx retitles it "worker process is shutting down" as it
 // closes its listening sockets), so new connections reach new workers only.
-func retired(old []int) bool {
-	for _, p := range old {
-		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-		if err == nil && !bytes.Contains(cmd, []byte("shutting down")) && isAlive(p) {
+func (p procTable) retired(old []int) bool {
+	for _, pid := range old {
+		pr, err := p.proc().Process(pid)
+		if err == nil && !pr.Zombie() && !strings.Contains(pr.Cmdline, "shutting down") {
 			return false
 		}
 	}
 	return true
-}
-
-func isAlive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
 func hasNew(before, after []int) bool {
