@@ -240,7 +240,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return 1
 	}
-	o, err := render.Render(ac.SourceConfigJSON, ac.SupportFiles)
+	o, err := render.Config(ac.SourceConfigJSON, ac.SupportFiles)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: render version %s: %v\n", ac.Version, err)
 		return 1

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/apply"
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/controlplane"
 	"github.com/openflare/openflare-agent/agent/ipgroups"
@@ -21,7 +22,6 @@ import (
 	"github.com/openflare/openflare-agent/agent/observability"
 	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/agent/sync"
 	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
@@ -41,11 +41,12 @@ type Agent struct {
 	log     *slog.Logger
 	store   *state.Store
 	cp      *controlplane.Client
-	caps    *nginx.Caps
-	syncer  *sync.Syncer
-	ip      *nodeip.Detector
-	obs     *observability.Collector
-	ipg     *ipgroups.Store
+	// extVersion is the nginx product version (NodePayload.ext_version).
+	extVersion string
+	engine     *apply.Engine
+	ip         *nodeip.Detector
+	obs        *observability.Collector
+	ipg        *ipgroups.Store
 
 	// statusNow asks for a beat before the interval is up: after IP groups
 	// landed, so the server learns the new checksums at once and does not
@@ -53,16 +54,11 @@ type Agent struct {
 	statusNow chan struct{}
 	interval  atomic.Int64 // time.Duration: the server's heartbeat_interval once known
 	wsAllowed atomic.Bool  // the server's websocket_upgrade_enabled
-	// morePending: the last beat left access-log lines waiting (the per-beat
+	// moreLogs: the last beat left access-log lines waiting (the per-beat
 	// cap), so the next one goes out sooner.
-	morePending atomic.Bool
-	wsStats     wsclient.Stats
-	work        pending
-	// ipgPending is the waf_config.json whose IP-group reconcile failed,
-	// retried from the beats until it succeeds (a missing group would
-	// leave its deny list off).
-	ipgPending   atomic.Pointer[string]
-	ipgLastRetry atomic.Int64 // unix seconds
+	moreLogs atomic.Bool
+	wsStats  wsclient.Stats
+	work     workQueue
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -92,7 +88,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		store:     store,
 		cp:        controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
 		ip:        nodeip.New(),
-		work:      pending{wake: make(chan struct{}, 1)},
+		work:      workQueue{wake: make(chan struct{}, 1)},
 		statusNow: make(chan struct{}, 1),
 	}
 	a.interval.Store(int64(cfg.HeartbeatInterval))
@@ -114,44 +110,52 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.syncer = &sync.Syncer{
+	a.engine = &apply.Engine{
 		CP:         a.cp,
 		Store:      store,
 		Paths:      paths,
-		Fallback:   o.Fallback,
 		Tree:       landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
+		Fallback:   o.Fallback,
 		BackupDir:  filepath.Join(stateDir, "apply-backup"),
 		StagingDir: filepath.Join(stateDir, "apply-staging"),
 		Log:        o.Log,
-		AfterApply: a.reconcileIPGroups,
+		IPGroups:   a.reconcileIPGroups,
 	}
-	caps, err := nginx.Probe(ctx, cfg.OpenRestyPath)
-	if err != nil {
-		o.Log.Error("nginx binary not usable; applies will fail until it is installed", "err", err)
-		a.syncer.ProbeErr = err.Error()
-		return a, nil
-	}
-	a.caps = caps
-	adapter := &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: cfg.NginxUser}
-	a.syncer.Adapter = adapter
-	a.syncer.Ctl = &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: o.Log, ProbeURL: paths.ProbeURL()}
-	o.Log.Info("nginx found", "binary", caps.Binary, "caps", caps.Summary())
-	for _, n := range adapter.Notes() {
-		o.Log.Info("nginx adaptation", "note", n)
-	}
-	if w, err := adapter.Worker(""); err != nil {
-		o.Log.Error("nginx worker identity", "err", err)
-	} else {
-		o.Log.Info("nginx worker identity", "workers", w.String(), "why", w.Why)
+	a.engine.Nginx = nginxFor(ctx, cfg, paths, o.Log)
+	if node, ok := a.engine.Nginx.(nginx.Node); ok {
+		a.extVersion = node.Ctl.Caps.Version
 	}
 	return a, nil
+}
+
+// nginxFor probes the configured binary: the agent's data plane, or the
+// stand-in that says why there is none (applies then fail, not blocklisted,
+// until it is installed).
+func nginxFor(ctx context.Context, cfg *config.Config, paths landing.Paths, log *slog.Logger) apply.Nginx {
+	caps, err := nginx.Probe(ctx, cfg.OpenRestyPath)
+	if err != nil {
+		log.Error("nginx binary not usable; applies will fail until it is installed", "err", err)
+		return nginx.Unusable{Why: err.Error()}
+	}
+	adapter := &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: cfg.NginxUser}
+	log.Info("nginx found", "binary", caps.Binary, "caps", caps.Summary())
+	for _, n := range adapter.Notes() {
+		log.Info("nginx adaptation", "note", n)
+	}
+	if w, err := adapter.Worker(""); err != nil {
+		log.Error("nginx worker identity", "err", err)
+	} else {
+		log.Info("nginx worker identity", "workers", w.String(), "why", w.Why)
+	}
+	ctl := &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: log, ProbeURL: paths.ProbeURL()}
+	return nginx.Node{Adapter: adapter, Ctl: ctl}
 }
 
 // Run starts nginx from the last landed config, registers when needed, and
 // then keeps the channels to the server until ctx is cancelled. It never
 // returns because the server is unreachable.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.syncer.Boot(ctx); err != nil {
+	if err := a.engine.Boot(ctx); err != nil {
 		a.log.Error("start from the landed config", "err", err)
 	}
 	if a.cfg.AgentToken == "" {
@@ -162,7 +166,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.syncLoop(ctx)
+		a.applyLoop(ctx)
 	}()
 	a.channels(ctx)
 	<-done

@@ -25,7 +25,7 @@ func (a *Agent) newBeat(ctx context.Context) *beat {
 	if r.Status != "" {
 		a.recordHealth(r.Status, r.Message)
 	}
-	if r.Status == protocol.StatusUnhealthy && a.syncer.Down() {
+	if r.Status == protocol.StatusUnhealthy && a.engine.Down() {
 		// nginx died (crash, OOM kill, someone stopped it): the node
 		// serves its landed config again without waiting for the server.
 		a.requestEnsure()
@@ -61,12 +61,9 @@ func (a *Agent) recordHealth(status, msg string) {
 // beatDone acknowledges a beat the server accepted.
 func (a *Agent) beatDone(b *beat, channel string) {
 	a.obs.Ack(b.report)
-	a.morePending.Store(b.report.More)
-	if a.ipgPending.Load() != nil {
-		if now := time.Now().Unix(); now-a.ipgLastRetry.Load() >= ipgRetryEvery {
-			a.ipgLastRetry.Store(now)
-			a.requestReconcile()
-		}
+	a.moreLogs.Store(b.report.More)
+	if a.ipg.RetryDue(time.Now()) {
+		a.requestReconcile()
 	}
 	// Recorded for `status`, but written at most once a minute (or when
 	// the channel changes): an fsync'd write every beat would wear a
@@ -92,14 +89,10 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 	if ip == "" {
 		ip = a.ip.Detect(ctx)
 	}
-	ext := ""
-	if a.caps != nil {
-		ext = a.caps.Version
-	}
 	status, msg := st.OpenRestyStatus, st.OpenRestyMessage
-	switch {
-	case a.caps == nil:
-		status, msg = protocol.StatusUnhealthy, "nginx binary not usable: "+a.syncer.ProbeErr
+	switch err := a.engine.Nginx.Usable(); {
+	case err != nil:
+		status, msg = protocol.StatusUnhealthy, err.Error()
 	case st.ProbeError != "":
 		// nginx answering stub_status is not a site serving: the self-probe
 		// failure outranks the health check until a probe passes.
@@ -122,8 +115,8 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 		Name:                a.cfg.NodeName,
 		IP:                  ip,
 		Version:             a.version,
-		ExtVersion:          ext,
-		CurrentVersion:      st.CurrentVersion,
+		ExtVersion:          a.extVersion,
+		CurrentVersion:      st.Current.Version,
 		LastError:           st.LastError,
 		OpenRestyStatus:     status,
 		OpenRestyMessage:    msg,
@@ -153,19 +146,12 @@ func (a *Agent) beatSoon() {
 	}
 }
 
-// ipgRetryEvery spaces retries of a failed reconcile (E6 may carry 20 MiB).
-const ipgRetryEvery = 30
-
 // reconcileIPGroups replaces the snapshot with exactly the groups the new
-// version references (PROTOCOL 7.2), after a success or warning apply.
-func (a *Agent) reconcileIPGroups(ctx context.Context, wafConfig string) {
-	res, err := a.ipg.Reconcile(ctx, []byte(wafConfig), a.cp.SyncIPGroups)
+// version references (PROTOCOL 7.2), after a success or warning apply. A
+// failure is retried by the store's own schedule (beatDone).
+func (a *Agent) reconcileIPGroups(ctx context.Context, ids []uint64) {
+	res, err := a.ipg.Reconcile(ctx, ids, a.cp.SyncIPGroups)
 	a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
-	if err != nil {
-		a.ipgPending.Store(&wafConfig)
-	} else {
-		a.ipgPending.Store(nil)
-	}
 	if len(res.Landed) > 0 || len(res.Dropped) > 0 {
 		a.beatSoon()
 	}

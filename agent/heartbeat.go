@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/apply"
 	"github.com/openflare/openflare-agent/agent/backoff"
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/sync"
 	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
@@ -56,16 +56,16 @@ func (a *Agent) channels(ctx context.Context) {
 		a.beatDone(b, "http")
 		a.onSettings(reply.AgentSettings)
 		a.pushIPGroups(reply.WAFIPGroups)
-		mode := sync.Normal
+		mode := apply.Normal
 		if startupPending {
 			// The first successful beat re-applies even an up-to-date
 			// version: that refreshes the agent's own files after an
 			// upgrade and starts nginx if it is down (upstream only tries
 			// after the first attempt, so a node booted while the server
 			// was down stays dark).
-			mode, startupPending = sync.Startup, false
+			mode, startupPending = apply.Startup, false
 		}
-		a.requestSync(reply.ActiveConfig, mode)
+		a.requestApply(reply.ActiveConfig, mode)
 
 		if a.wsAllowed.Load() && !time.Now().Before(wsNext) {
 			upAt, err := a.runWebSocket(ctx)
@@ -155,12 +155,12 @@ func (h *wsHandler) finish() {
 func (h *wsHandler) Settings(s protocol.AgentSettings) { h.a.onSettings(s) }
 
 func (h *wsHandler) ActiveConfig(ref protocol.ConfigRef) {
-	h.a.requestSync(&ref, sync.Normal)
+	h.a.requestApply(&ref, apply.Normal)
 }
 
 func (h *wsHandler) ForceSync(ref protocol.ConfigRef) {
 	h.a.log.Info("the server asked for a forced sync", "version", ref.Version)
-	h.a.requestSync(&ref, sync.Force)
+	h.a.requestApply(&ref, apply.Force)
 }
 
 func (h *wsHandler) IPGroups(groups []protocol.WAFIPGroup) { h.a.pushIPGroups(groups) }
@@ -195,7 +195,7 @@ const catchUp = 200 * time.Millisecond
 // statusInterval is the time to the next beat.
 func (a *Agent) statusInterval() time.Duration {
 	iv := a.heartbeatInterval()
-	if a.morePending.Load() {
+	if a.moreLogs.Load() {
 		return min(iv, catchUp)
 	}
 	return iv

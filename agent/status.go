@@ -27,15 +27,15 @@ func Status(cfg *config.Config, now time.Time) string {
 	if err := state.ReadJSON(cfg.StatePath, &st); err != nil {
 		row("state", "unreadable: %v", err)
 	}
-	if st.CurrentVersion == "" {
+	if st.Current.Version == "" {
 		row("applied version", "none")
 	} else {
-		row("applied version", "%s (checksum %s)", st.CurrentVersion, st.CurrentChecksum)
+		row("applied version", "%s (checksum %s)", st.Current.Version, st.Current.Checksum)
 	}
-	if st.BlockedVersion == "" {
+	if st.Blocked.Version == "" {
 		row("blocked version", "none")
 	} else {
-		row("blocked version", "%s (checksum %s): %s", st.BlockedVersion, st.BlockedChecksum, st.BlockedReason)
+		row("blocked version", "%s (checksum %s): %s", st.Blocked.Version, st.Blocked.Checksum, st.BlockedReason)
 	}
 	row("last error", "%s", orNone(st.LastError))
 

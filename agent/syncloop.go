@@ -2,30 +2,30 @@ package agent
 
 import (
 	"context"
-	gosync "sync"
+	"sync"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/apply"
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/sync"
 )
 
-// work is what the sync goroutine has been asked to do. Applies take
+// work is what the apply goroutine has been asked to do. Applies take
 // seconds (nginx -t twice and a reload), so they run apart from the
 // channels: heartbeats keep flowing while one is under way. Requests that
 // arrive meanwhile merge: only the newest target matters, and a startup or
 // force sync is never downgraded to a normal one.
 type work struct {
-	sync      bool
+	apply     bool
 	target    *protocol.ConfigRef
-	mode      sync.Mode
+	mode      apply.Mode
 	restart   bool // restart_openresty_now
 	ensure    bool // nginx found down: start it from the landed config
 	reconcile bool // retry an IP-group reconcile that failed
 }
 
-// pending holds the queued work; wake says there is some.
-type pending struct {
-	mu   gosync.Mutex
+// workQueue holds the queued work; wake says there is some.
+type workQueue struct {
+	mu   sync.Mutex
 	w    work
 	wake chan struct{}
 }
@@ -40,9 +40,9 @@ func (a *Agent) queue(f func(*work)) {
 	}
 }
 
-func (a *Agent) requestSync(target *protocol.ConfigRef, mode sync.Mode) {
+func (a *Agent) requestApply(target *protocol.ConfigRef, mode apply.Mode) {
 	a.queue(func(w *work) {
-		w.sync, w.target = true, target
+		w.apply, w.target = true, target
 		w.mode = max(w.mode, mode)
 	})
 }
@@ -58,9 +58,9 @@ func (a *Agent) requestReconcile() { a.queue(func(w *work) { w.reconcile = true 
 // block a good version, or leave nginx stopped mid-restart.
 const applyBudget = 10 * time.Minute
 
-// syncLoop runs queued work one round at a time until ctx ends; a round
+// applyLoop runs queued work one round at a time until ctx ends; a round
 // under way when ctx ends is finished first.
-func (a *Agent) syncLoop(ctx context.Context) {
+func (a *Agent) applyLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,21 +79,25 @@ func (a *Agent) runWork(w work, parent context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), applyBudget)
 	defer cancel()
 	if w.restart {
-		if err := a.syncer.Restart(ctx); err != nil {
+		if err := a.engine.Restart(ctx); err != nil {
 			a.log.Error("nginx restart", "err", err)
 		}
 	}
 	if w.ensure {
-		if err := a.syncer.Ensure(ctx); err != nil {
+		if err := a.engine.Ensure(ctx); err != nil {
 			a.log.Error("start nginx from the landed config", "err", err)
 		}
 	}
-	if w.sync {
-		a.syncer.Sync(ctx, w.target, w.mode)
+	if w.apply {
+		a.engine.Apply(ctx, w.target, w.mode)
 	}
 	if w.reconcile {
-		if waf := a.ipgPending.Load(); waf != nil {
-			a.reconcileIPGroups(ctx, *waf)
+		res, ok, err := a.ipg.Retry(ctx, a.cp.SyncIPGroups)
+		if ok {
+			a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
+			if len(res.Landed) > 0 || len(res.Dropped) > 0 {
+				a.beatSoon()
+			}
 		}
 	}
 }

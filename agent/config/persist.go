@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"sort"
-
 )
 
 // PersistToken stores a node token in agent.json and clears discovery_token,

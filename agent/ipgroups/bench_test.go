@@ -28,7 +28,7 @@ func BenchmarkReconcile100k(b *testing.B) {
 		newServer(group(1, true, bigList(100000, 2)...), group(2, true, "198.51.100.7")),
 	}
 	s, _ := seed(b, versions[1].groups[1], versions[1].groups[2])
-	cfg := wafConfig(1, 2)
+	cfg := refs(1, 2)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		res, err := s.Reconcile(context.Background(), cfg, versions[i%2].sync)

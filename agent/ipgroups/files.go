@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
 )
 
 // File names inside runtime_config_dir (PROTOCOL 7.3).

@@ -34,13 +34,12 @@ func bigList(n, variant int) []string {
 	return list
 }
 
-// wafConfig is a waf_config.json whose one rule group has an ip_match node
-// referencing ids.
-func wafConfig(ids ...uint64) []byte {
-	cfg, _ := json.Marshal(map[string][]uint64{"ip_group_ids": ids})
-	return []byte(`{"rule_groups":[{"id":1,"name":"r","enabled":true,"is_global":true,"block_status_code":403,` +
-		`"graph":{"entry":"m","nodes":{"m":{"type":"ip_match","config":` + string(cfg) + `,"next":{"true":"b","false":"a"}},` +
-		`"a":{"type":"allow"},"b":{"type":"block"}}}}],"bindings":[]}`)
+// refs is the id list a rendered version hands over: deduplicated and
+// ascending, as render.Output.IPGroups is.
+func refs(ids ...uint64) []uint64 {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // fakeServer is E6 as a closure: it returns every requested group whose
@@ -86,7 +85,7 @@ func seed(t testing.TB, groups ...protocol.WAFIPGroup) (*Store, string) {
 	for _, g := range groups {
 		ids = append(ids, g.ID)
 	}
-	if _, err := s.Reconcile(context.Background(), wafConfig(ids...), newServer(groups...).sync); err != nil {
+	if _, err := s.Reconcile(context.Background(), refs(ids...), newServer(groups...).sync); err != nil {
 		t.Fatal(err)
 	}
 	return s, dir

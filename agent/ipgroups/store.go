@@ -17,9 +17,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
 )
 
 // Store is the snapshot in runtime_config_dir: waf_ip_groups.json and
@@ -40,10 +40,50 @@ type Store struct {
 	// across an E6 call.
 	mu sync.Mutex
 
+	// retry is the reconcile that failed, retried by Retry (a missing
+	// group would leave its deny list off).
+	retry struct {
+		sync.Mutex
+		ids     []uint64
+		pending bool
+		last    time.Time
+	}
+
 	// sums is "<id>" → checksum of every group in the file, never nil. It
 	// is replaced (under mu) and never changed once published, so
 	// Checksums reads it without locking.
 	sums atomic.Pointer[map[string]string]
+}
+
+// Fetch is the E6 call (agent/controlplane's SyncIPGroups).
+type Fetch func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error)
+
+// RetryEvery spaces retries of a failed reconcile: E6 may carry 20 MiB.
+const RetryEvery = 30 * time.Second
+
+func (s *Store) noteReconcile(ids []uint64, err error) {
+	s.retry.Lock()
+	defer s.retry.Unlock()
+	s.retry.ids, s.retry.pending, s.retry.last = ids, err != nil, time.Now()
+}
+
+// RetryDue reports whether a failed reconcile waits and its retry is due.
+func (s *Store) RetryDue(now time.Time) bool {
+	s.retry.Lock()
+	defer s.retry.Unlock()
+	return s.retry.pending && now.Sub(s.retry.last) >= RetryEvery
+}
+
+// Retry runs the failed reconcile again; ok is false when none waits.
+func (s *Store) Retry(ctx context.Context, fetch Fetch) (res Result, ok bool, err error) {
+	s.retry.Lock()
+	ids, pending := s.retry.ids, s.retry.pending
+	s.retry.Unlock()
+	if !pending {
+		return Result{}, false, nil
+	}
+	res, err = s.Reconcile(ctx, ids, fetch)
+	return res, true, err
 }
 
 // Result says what an update did.
@@ -171,30 +211,28 @@ func (s *Store) Push(groups []protocol.WAFIPGroup) (Result, error) {
 }
 
 // Reconcile runs the post-apply sync (PROTOCOL 7.2) after an apply whose
-// outcome was success or warning. It asks syncGroups (E6) for every group
-// wafConfigJSON references, sending the local checksums so the server
+// outcome was success or warning. It asks fetch (E6) for every group in
+// ids (the version's references, render.Output.IPGroups), sending the local checksums so the server
 // returns only what differs, and replaces the snapshot with exactly those
 // groups. With no reference E6 is not called and the snapshot becomes
 // {"groups":{}}. A referenced group that is still missing afterwards is an
-// error naming it; the rest still lands.
+// error naming it; the rest still lands. A failed reconcile is kept for
+// Retry.
 //
 // The store is not locked during the E6 call: heartbeats keep reading
 // Checksums and Push keeps landing groups meanwhile. The landing phase
 // works from the snapshot as it is then, so a group pushed during the call
 // is kept unless the server returned that group itself. Reconciles run one
 // at a time.
-func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error)) (Result, error) {
-	ids, err := render.IPGroupIDs(wafConfigJSON)
-	if err != nil {
-		return Result{}, fmt.Errorf("ip groups: referenced groups: %w", err)
-	}
+func (s *Store) Reconcile(ctx context.Context, ids []uint64, fetch Fetch) (res Result, err error) {
+	defer func() { s.noteReconcile(ids, err) }()
 	s.reconcileMu.Lock()
 	defer s.reconcileMu.Unlock()
 
 	var reply protocol.IPGroupSyncReply
 	if len(ids) > 0 {
 		req := s.syncRequest(ids)
-		if reply, err = syncGroups(ctx, req); err != nil {
+		if reply, err = fetch(ctx, req); err != nil {
 			return Result{}, fmt.Errorf("ip groups: sync %d groups: %w", len(ids), err)
 		}
 	}
@@ -205,7 +243,7 @@ func (s *Store) Reconcile(ctx context.Context, wafConfigJSON []byte, syncGroups 
 	}
 	// Hashing up to 20 MiB of groups needs no lock.
 	verified, rejected, err := s.verifyGroups(reply.Groups, func(key string) bool { return referenced[key] })
-	res := Result{Rejected: rejected}
+	res = Result{Rejected: rejected}
 	if err != nil {
 		return res, err
 	}

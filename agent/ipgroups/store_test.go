@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
@@ -114,7 +115,7 @@ func TestReconcileNoReferencedGroups(t *testing.T) {
 		t.Fatal("E6 called with no referenced group")
 		return protocol.IPGroupSyncReply{}, nil
 	}
-	res, err := s.Reconcile(context.Background(), wafConfig(), noSync)
+	res, err := s.Reconcile(context.Background(), refs(), noSync)
 	if err != nil || res.Unchanged {
 		t.Fatalf("result %+v, %v", res, err)
 	}
@@ -125,7 +126,7 @@ func TestReconcileNoReferencedGroups(t *testing.T) {
 
 	// Existing groups are dropped.
 	s, dir = seed(t, group(3, true, "198.51.100.7"), group(5, false))
-	res, err = s.Reconcile(context.Background(), []byte(`{"rule_groups":[],"bindings":[]}`), noSync)
+	res, err = s.Reconcile(context.Background(), nil, noSync)
 	if err != nil || !slices.Equal(res.Dropped, []uint64{3, 5}) || len(res.Landed) != 0 {
 		t.Fatalf("result %+v, %v", res, err)
 	}
@@ -149,7 +150,7 @@ func TestReconcileRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := newServer(g3, group(5, true, "192.0.2.5"), group(12, false))
-	if _, err := s.Reconcile(context.Background(), wafConfig(12, 3, 5, 3), srv.sync); err != nil {
+	if _, err := s.Reconcile(context.Background(), refs(12, 3, 5, 3), srv.sync); err != nil {
 		t.Fatal(err)
 	}
 	if len(srv.requests) != 1 {
@@ -171,7 +172,7 @@ func TestReconcileReplacesSnapshot(t *testing.T) {
 
 	g4b, g6 := group(4, true, "192.0.2.44"), group(6, false)
 	srv := newServer(g3, g4b, g5, g6)
-	res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 6), srv.sync)
+	res, err := s.Reconcile(context.Background(), refs(3, 4, 6), srv.sync)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,31 +186,11 @@ func TestReconcileReplacesSnapshot(t *testing.T) {
 
 	// The same sync again changes nothing and writes nothing.
 	before := snapshotFiles(t, dir)
-	res, err = s.Reconcile(context.Background(), wafConfig(3, 4, 6), srv.sync)
+	res, err = s.Reconcile(context.Background(), refs(3, 4, 6), srv.sync)
 	if err != nil || !res.Unchanged {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	assertUntouched(t, dir, before)
-}
-
-func TestReconcileLegacyKeys(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := []byte(`{"rule_groups":[{"id":1,"name":"r","enabled":true,"is_global":true,"block_status_code":403,` +
-		`"ip_whitelist_group_ids":[21],"ip_blacklist_group_ids":[20,22],` +
-		`"graph":{"entry":"m","nodes":{"m":{"type":"ip_match","config":{"ip_group_ids":[23]}}}}}],"bindings":[]}`)
-	groups := []protocol.WAFIPGroup{group(20, true, "a"), group(21, true, "b"), group(22, true, "c"), group(23, true, "d")}
-	srv := newServer(groups...)
-	if _, err := s.Reconcile(context.Background(), cfg, srv.sync); err != nil {
-		t.Fatal(err)
-	}
-	if got := srv.requests[0].IDs; !slices.Equal(got, []uint64{20, 21, 22, 23}) {
-		t.Fatalf("ids %v", got)
-	}
-	assertSnapshot(t, dir, groups...)
 }
 
 func TestReconcileMissingGroup(t *testing.T) {
@@ -217,7 +198,7 @@ func TestReconcileMissingGroup(t *testing.T) {
 	s, dir := seed(t, g3)
 	g4 := group(4, true, "192.0.2.4")
 	srv := newServer(g3, g4) // the server does not know 8
-	res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 8), srv.sync)
+	res, err := s.Reconcile(context.Background(), refs(3, 4, 8), srv.sync)
 	if err == nil || !strings.Contains(err.Error(), "8") || strings.Contains(err.Error(), "3") || strings.Contains(err.Error(), "4") {
 		t.Fatalf("err %v, want one naming only 8", err)
 	}
@@ -243,7 +224,7 @@ func TestSnapshotVanished(t *testing.T) {
 		t.Fatalf("push wrote a snapshot: %v", err)
 	}
 	g4b := group(4, true, "192.0.2.44")
-	res, err := s.Reconcile(context.Background(), wafConfig(3, 4), newServer(g3, g4b).sync)
+	res, err := s.Reconcile(context.Background(), refs(3, 4), newServer(g3, g4b).sync)
 	if err == nil || !strings.Contains(err.Error(), "missing after sync: 3") {
 		t.Fatalf("err %v", err)
 	}
@@ -252,7 +233,7 @@ func TestSnapshotVanished(t *testing.T) {
 	}
 	assertSnapshot(t, dir, g4b)
 	// The next sync asks for 3 without a checksum and gets it back.
-	if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), newServer(g3, g4b).sync); err != nil {
+	if _, err := s.Reconcile(context.Background(), refs(3, 4), newServer(g3, g4b).sync); err != nil {
 		t.Fatal(err)
 	}
 	assertSnapshot(t, dir, g3, g4b)
@@ -269,7 +250,7 @@ func TestReconcileRejectsBadChecksum(t *testing.T) {
 	sync := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
 		return protocol.IPGroupSyncReply{Groups: []protocol.WAFIPGroup{bad3, g5, bad9}}, nil
 	}
-	res, err := s.Reconcile(context.Background(), wafConfig(3, 5, 9), sync)
+	res, err := s.Reconcile(context.Background(), refs(3, 5, 9), sync)
 	// 3 keeps its old copy; 9 has none, so it is missing.
 	if err == nil || !strings.Contains(err.Error(), "missing after sync: 9") {
 		t.Fatalf("err %v", err)
@@ -292,11 +273,12 @@ func TestReconcileFailures(t *testing.T) {
 	failing := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
 		return protocol.IPGroupSyncReply{}, errors.New("HTTP 400")
 	}
-	if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), failing); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+	if _, err := s.Reconcile(context.Background(), refs(3, 4), failing); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := s.Reconcile(context.Background(), []byte(`{"rule_groups":`), failing); err == nil {
-		t.Fatal("a broken waf config was accepted")
+	// The failed reconcile waits for its retry, spaced RetryEvery apart.
+	if s.RetryDue(time.Now()) || !s.RetryDue(time.Now().Add(RetryEvery)) {
+		t.Fatal("retry not due exactly after RetryEvery")
 	}
 	assertUntouched(t, dir, before)
 	if got := s.Checksums(); !maps.Equal(got, sums(g3)) {
@@ -334,7 +316,7 @@ func TestSnapshotSizeLimit(t *testing.T) {
 	}
 	check(s.Push([]protocol.WAFIPGroup{big}))
 	// Dropping 4 and adding 5 while 3 grows too large changes nothing either.
-	check(s.Reconcile(context.Background(), wafConfig(3, 5), newServer(big, group(5, false)).sync))
+	check(s.Reconcile(context.Background(), refs(3, 5), newServer(big, group(5, false)).sync))
 }
 
 func TestOpenLoadsChecksums(t *testing.T) {
@@ -406,7 +388,7 @@ func TestOpenMovesCorruptSnapshotAside(t *testing.T) {
 			}
 			// The store works from empty.
 			g := group(3, true, "198.51.100.7")
-			if _, err := s.Reconcile(context.Background(), wafConfig(3), newServer(g).sync); err != nil {
+			if _, err := s.Reconcile(context.Background(), refs(3), newServer(g).sync); err != nil {
 				t.Fatal(err)
 			}
 			assertSnapshot(t, dir, g)
@@ -464,7 +446,7 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Go(func() {
 		for range 10 {
-			if _, err := s.Reconcile(context.Background(), wafConfig(3, 4), srv.sync); err != nil {
+			if _, err := s.Reconcile(context.Background(), refs(3, 4), srv.sync); err != nil {
 				t.Error(err)
 			}
 		}
@@ -502,7 +484,7 @@ func TestReconcileDoesNotBlockDuringSync(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := s.Reconcile(context.Background(), wafConfig(3, 4, 5), blocking)
+		res, err := s.Reconcile(context.Background(), refs(3, 4, 5), blocking)
 		done <- outcome{res, err}
 	}()
 	<-entered
@@ -577,7 +559,7 @@ func TestLargeIDs(t *testing.T) {
 	if res, err := reopened.Push([]protocol.WAFIPGroup{gBig2}); err != nil || !slices.Equal(res.Landed, []uint64{big}) {
 		t.Fatalf("push: %+v, %v", res, err)
 	}
-	res, err := reopened.Reconcile(context.Background(), wafConfig(big), newServer(gBig2).sync)
+	res, err := reopened.Reconcile(context.Background(), refs(big), newServer(gBig2).sync)
 	if err != nil || !slices.Equal(res.Dropped, []uint64{3, maxID}) {
 		t.Fatalf("reconcile: %+v, %v", res, err)
 	}

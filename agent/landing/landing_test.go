@@ -142,7 +142,7 @@ func TestWriteAndRestoreExactly(t *testing.T) {
 	must(err)
 	touched, err := set.Touched()
 	must(err)
-	txn, err := Begin(filepath.Join(root, "backup"), Ref{"v1", "c1"}, Ref{"v2", "c2"}, touched, set.Managed)
+	txn, err := Begin(filepath.Join(root, "backup"), protocol.ConfigRef{Version: "v1", Checksum: "c1"}, protocol.ConfigRef{Version: "v2", Checksum: "c2"}, touched, set.Managed)
 	must(err)
 	must(set.Write(nil))
 	if !set.Unchanged() {
@@ -156,9 +156,9 @@ func TestWriteAndRestoreExactly(t *testing.T) {
 	}
 
 	// Reopen as the next process would after a crash, and restore.
-	pending, err := Pending(filepath.Join(root, "backup"))
+	pending, err := Leftover(filepath.Join(root, "backup"))
 	must(err)
-	if pending == nil || pending.From() != (Ref{"v1", "c1"}) {
+	if pending == nil || pending.From() != (protocol.ConfigRef{Version: "v1", Checksum: "c1"}) {
 		t.Fatalf("pending = %+v", pending)
 	}
 	must(pending.Restore())
@@ -178,7 +178,7 @@ func TestWriteAndRestoreExactly(t *testing.T) {
 		t.Fatal("operator file touched")
 	}
 	must(txn.Commit())
-	if again, err := Pending(filepath.Join(root, "backup")); err != nil || again != nil {
+	if again, err := Leftover(filepath.Join(root, "backup")); err != nil || again != nil {
 		t.Fatalf("backup survived commit: %v %v", again, err)
 	}
 }
@@ -189,7 +189,7 @@ func TestIncompleteBackupIgnored(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "backup")
 	os.MkdirAll(filepath.Join(dir, "files"), 0o750)
 	os.WriteFile(filepath.Join(dir, "files", "0"), []byte("partial"), 0o600)
-	txn, err := Pending(dir)
+	txn, err := Leftover(dir)
 	if err != nil || txn != nil {
 		t.Fatalf("txn %v err %v", txn, err)
 	}

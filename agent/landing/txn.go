@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
@@ -22,18 +23,12 @@ type Txn struct {
 	m   manifest
 }
 
-// Ref names a config version (what state records as current).
-type Ref struct {
-	Version  string `json:"version"`
-	Checksum string `json:"checksum"`
-}
-
 type manifest struct {
 	// From is the version that was live before this apply, To the one being
 	// applied: recovery restores From and records it as current again.
-	From    Ref     `json:"from"`
-	To      Ref     `json:"to"`
-	Entries []entry `json:"entries"`
+	From    protocol.ConfigRef `json:"from"`
+	To      protocol.ConfigRef `json:"to"`
+	Entries []entry            `json:"entries"`
 	// Managed dirs may lose sub-directories that end up empty.
 	Managed []string `json:"managed,omitempty"`
 }
@@ -50,7 +45,7 @@ const manifestName = "manifest.json"
 // Begin backs up every path in touched into dir. A complete backup left in
 // dir must have been restored first (see Pending); an incomplete one is
 // replaced.
-func Begin(dir string, from, to Ref, touched, managed []string) (*Txn, error) {
+func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (*Txn, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
 	}
@@ -113,7 +108,7 @@ func writeSynced(path string, data []byte) error {
 }
 
 // From is the version that was live when the backup was taken.
-func (t *Txn) From() Ref { return t.m.From }
+func (t *Txn) From() protocol.ConfigRef { return t.m.From }
 
 // Restore puts every backed-up path back exactly: saved files with their
 // content and mode, and paths that did not exist are removed.
@@ -158,11 +153,10 @@ func (t *Txn) Commit() error {
 	return os.RemoveAll(t.dir)
 }
 
-// Pending opens the backup a crashed or failed apply left behind, if it is
-// complete.
-// An incomplete one (no manifest) is deleted: the live files were never
-// touched.
-func Pending(dir string) (*Txn, error) {
+// Leftover opens the backup a crashed or failed apply left behind, if it
+// is complete. An incomplete one (no manifest) is deleted: the live files
+// were never touched.
+func Leftover(dir string) (*Txn, error) {
 	var m manifest
 	data, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if errors.Is(err, fs.ErrNotExist) {

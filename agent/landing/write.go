@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
 )
 
 // nginx workers (often another user) read the Lua, error pages and service

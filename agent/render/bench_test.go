@@ -66,12 +66,12 @@ func benchInput(b *testing.B, n int) (string, []protocol.SupportFile) {
 
 func benchmarkRender(b *testing.B, n int) {
 	source, support := benchInput(b, n)
-	if _, err := Render(source, support); err != nil {
+	if _, err := Config(source, support); err != nil {
 		b.Fatalf("Render: %v", err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Render(source, support); err != nil {
+		if _, err := Config(source, support); err != nil {
 			b.Fatal(err)
 		}
 	}

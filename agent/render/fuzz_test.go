@@ -48,14 +48,14 @@ func FuzzRender(f *testing.F) {
 		if json.Unmarshal([]byte(supportJSON), &support) != nil {
 			support = nil
 		}
-		out, err := Render(source, support)
+		out, err := Config(source, support)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatalf("error with an empty message")
 			}
 			return
 		}
-		again, err := Render(source, support)
+		again, err := Config(source, support)
 		if err != nil {
 			t.Fatalf("second render failed: %v", err)
 		}

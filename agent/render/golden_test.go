@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -68,7 +69,7 @@ func TestGoldenFixtures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := Render(c.e4.SourceConfigJSON, c.e4.SupportFiles)
+			out, err := Config(c.e4.SourceConfigJSON, c.e4.SupportFiles)
 			if want, failing := readFixtureFile(t, c.dir, "agent_error.txt"); failing {
 				if err == nil {
 					t.Fatalf("Render succeeded, want error %q", want)
@@ -119,8 +120,9 @@ func TestGoldenFixtures(t *testing.T) {
 			if src := fileContent(out.Files, sourceConfigPath); src != c.e4.SourceConfigJSON {
 				t.Errorf("openresty_config.json is not the raw source JSON")
 			}
-			if _, err := IPGroupIDs([]byte(fileContent(out.Files, wafConfigPath))); err != nil {
-				t.Errorf("IPGroupIDs(waf_config.json): %v", err)
+			// The output names the IP groups its own waf_config.json references.
+			if ids, err := ipGroupIDsOf([]byte(fileContent(out.Files, wafConfigPath))); err != nil || !slices.Equal(ids, out.IPGroups) {
+				t.Errorf("IPGroups %v, waf_config.json references %v (%v)", out.IPGroups, ids, err)
 			}
 			if _, err := PagesProjectIDs(c.e4.SourceConfigJSON); err != nil {
 				t.Errorf("PagesProjectIDs: %v", err)

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -167,7 +169,7 @@ func TestOriginErrorPageInvalidTag(t *testing.T) {
 	}
 	src := minimalSource(`{"id":1,"site_name":"s","domains":["s.example"],"origin_url":"http://10.0.0.1"}`,
 		`{"origin_error_page_enabled":true,"origin_error_page_status_codes":["5OO"]}`)
-	out, err := Render(src, nil)
+	out, err := Config(src, nil)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -298,4 +300,14 @@ func TestQuoteMetaMatchesRegexp(t *testing.T) {
 			t.Errorf("quoteMeta(%q) = %q, want %q", s, got, want)
 		}
 	}
+}
+
+// ipGroupIDsOf decodes a waf_config.json and lists its IP-group
+// references, as Config does for the document it renders.
+func ipGroupIDsOf(wafConfigJSON []byte) ([]uint64, error) {
+	var doc wafDocument
+	if err := json.Unmarshal(wafConfigJSON, &doc); err != nil {
+		return nil, fmt.Errorf("decode waf config: %w", err)
+	}
+	return doc.ipGroupIDs()
 }

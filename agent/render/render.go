@@ -32,10 +32,14 @@ type Output struct {
 	// worker files, openresty_config.json), deduplicated by path (the last
 	// one wins) and sorted by path.
 	Files []protocol.SupportFile
+	// IPGroups are the ids of the IP groups the WAF config references
+	// (PROTOCOL 7.2): what the node's IP-group snapshot must hold.
+	IPGroups []uint64
 }
 
-// Render renders a version. Errors name the route and the reason.
-func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, error) {
+// Config renders a config version into nginx text and the files to land.
+// Errors name the route and the reason.
+func Config(sourceConfigJSON string, support []protocol.SupportFile) (*Output, error) {
 	s, err := decodeSnapshot(sourceConfigJSON)
 	if err != nil {
 		return nil, err
@@ -64,6 +68,10 @@ func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 	if err := validateUpstreamNames(s.Routes); err != nil {
 		return nil, err
 	}
+	ipGroups, err := s.WAF.ipGroupIDs()
+	if err != nil {
+		return nil, fmt.Errorf("waf: %w", err)
+	}
 	wafJSON, err := json.Marshal(&s.WAF)
 	if err != nil {
 		return nil, fmt.Errorf("encode waf_config.json: %w", err)
@@ -82,9 +90,10 @@ func Render(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 	}
 	files = append(files, protocol.SupportFile{Path: sourceConfigPath, Content: sourceConfigJSON})
 	return &Output{
-		Main:  renderMain(&s.Config, requestRates(s.Routes, &s.Config)),
-		Route: rd.b.String(),
-		Files: dedupeSorted(files),
+		Main:     renderMain(&s.Config, requestRates(s.Routes, &s.Config)),
+		Route:    rd.b.String(),
+		Files:    dedupeSorted(files),
+		IPGroups: ipGroups,
 	}, nil
 }
 

@@ -13,7 +13,7 @@ import (
 const vectorBSource = `{"routes":[{"id":7,"site_name":"demo","domains":["demo.example.com"],"origin_url":"http://10.0.0.5:8080","upstreams":["http://10.0.0.5:8080"],"enabled":true,"enable_https":false,"redirect_http":false,"cache_enabled":false,"upstream_type":"direct"}],"openresty_config":{"worker_processes":"auto","websocket_enabled":true,"main_config_template":"workers {{OpenRestyWorkerProcesses}};\ninclude {{OpenRestyRouteConfigInclude}};\n","origin_error_page_enabled":false},"waf":{"rule_groups":[],"bindings":[{"route_id":7,"site_name":"demo","rule_group_ids":[]}]}}`
 
 func TestVectorB(t *testing.T) {
-	out, err := Render(vectorBSource, nil)
+	out, err := Config(vectorBSource, nil)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -46,11 +46,11 @@ func TestRenderDeterministic(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, in := range inputs {
-		first, err1 := Render(in.source, in.support)
+		first, err1 := Config(in.source, in.support)
 		shuffled := append([]protocol.SupportFile(nil), in.support...)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		for round, support := range [][]protocol.SupportFile{in.support, shuffled} {
-			again, err2 := Render(in.source, support)
+			again, err2 := Config(in.source, support)
 			if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
 				t.Fatalf("%s round %d: errors differ: %v / %v", in.name, round, err1, err2)
 			}
@@ -128,7 +128,7 @@ func TestRenderErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := Render(tt.source, tt.support)
+			out, err := Config(tt.source, tt.support)
 			if err == nil {
 				t.Fatalf("Render succeeded, want error containing %q; route:\n%s", tt.want, out.Route)
 			}
@@ -144,7 +144,7 @@ func TestRenderErrors(t *testing.T) {
 func TestHTTPSWildcard(t *testing.T) {
 	support := []protocol.SupportFile{{Path: "9.crt", Content: testCertPEM(t, 9, "*.example.io")}}
 	ok := minimalSource(`{"id":1,"site_name":"w","domains":["app.example.io","api.example.io"],"origin_url":"http://10.0.0.1","enable_https":true,"domain_cert_ids":[9,9],"redirect_http":true}`, "")
-	out, err := Render(ok, support)
+	out, err := Config(ok, support)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -158,7 +158,7 @@ func TestHTTPSWildcard(t *testing.T) {
 	}
 	for _, domain := range []string{"example.io", "a.b.example.io"} {
 		src := minimalSource(`{"id":1,"site_name":"w","domains":["`+domain+`"],"origin_url":"http://10.0.0.1","enable_https":true,"domain_cert_ids":[9]}`, "")
-		if _, err := Render(src, support); err == nil || !strings.Contains(err.Error(), "does not cover domain "+domain) {
+		if _, err := Config(src, support); err == nil || !strings.Contains(err.Error(), "does not cover domain "+domain) {
 			t.Errorf("%s: err = %v, want a coverage error", domain, err)
 		}
 	}
@@ -167,7 +167,7 @@ func TestHTTPSWildcard(t *testing.T) {
 // TestSupportFilesLastWins: a path shipped twice keeps its last content, and
 // the renderer's own files replace shipped copies.
 func TestSupportFilesLastWins(t *testing.T) {
-	out, err := Render(vectorBSource, []protocol.SupportFile{
+	out, err := Config(vectorBSource, []protocol.SupportFile{
 		{Path: "x.txt", Content: "first"},
 		{Path: wafConfigPath, Content: "stale"},
 		{Path: "x.txt", Content: "second"},
@@ -190,7 +190,7 @@ func TestSupportFilesLastWins(t *testing.T) {
 // and serialises an empty graph, which fails closed at runtime.
 func TestWAFLegacyGroup(t *testing.T) {
 	src := `{"routes":[],"openresty_config":{},"waf":{"rule_groups":[{"id":3,"name":"old","enabled":true,"is_global":false,"block_status_code":403,"ip_whitelist_group_ids":[5],"ip_blacklist_group_ids":[2,5],"country_blacklist":["KP"],"unknown":1}],"ip_groups":[],"bindings":[]}}`
-	out, err := Render(src, nil)
+	out, err := Config(src, nil)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -206,7 +206,7 @@ func TestPowBindingByRouteID(t *testing.T) {
 		`"waf":{"rule_groups":[{"id":9,"enabled":true,"graph":{"entry":"s","nodes":{"s":{"type":"start","next":{"next":"p"}},"p":{"type":"pow","config":{}}}}},` +
 		`{"id":10,"enabled":false,"is_global":true,"graph":{"entry":"p","nodes":{"p":{"type":"pow"}}}}],` +
 		`"bindings":[{"route_id":2,"site_name":"b","rule_group_ids":[9]}]}}`
-	out, err := Render(src, nil)
+	out, err := Config(src, nil)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -252,21 +252,21 @@ func TestIPGroupIDs(t *testing.T) {
 		`"b":{"type":"ip_match","config":{}},` +
 		`"c":{"type":"ip_match"},` +
 		`"d":{"type":"geo_match","config":{"ip_group_ids":[100]}}}}}],"bindings":[]}`
-	ids, err := IPGroupIDs([]byte(doc))
+	ids, err := ipGroupIDsOf([]byte(doc))
 	if err != nil {
 		t.Fatalf("IPGroupIDs: %v", err)
 	}
 	if got := jsonOf(ids); got != "[2,4,9]" {
 		t.Errorf("ids = %s, want [2,4,9]", got)
 	}
-	if ids, err := IPGroupIDs([]byte(`{"rule_groups":[],"bindings":[]}`)); err != nil || len(ids) != 0 {
+	if ids, err := ipGroupIDsOf([]byte(`{"rule_groups":[],"bindings":[]}`)); err != nil || len(ids) != 0 {
 		t.Errorf("empty: ids = %v, err = %v", ids, err)
 	}
 	bad := `{"rule_groups":[{"id":5,"graph":{"nodes":{"x":{"type":"ip_match","config":{"ip_group_ids":"7"}}}}}]}`
-	if _, err := IPGroupIDs([]byte(bad)); err == nil || !strings.Contains(err.Error(), `rule group 5 node "x"`) {
+	if _, err := ipGroupIDsOf([]byte(bad)); err == nil || !strings.Contains(err.Error(), `rule group 5 node "x"`) {
 		t.Errorf("bad config: err = %v", err)
 	}
-	if _, err := IPGroupIDs([]byte(`nope`)); err == nil {
+	if _, err := ipGroupIDsOf([]byte(`nope`)); err == nil {
 		t.Errorf("malformed document: no error")
 	}
 }
@@ -282,7 +282,7 @@ func TestPagesWithPow(t *testing.T) {
 	src := `{"routes":[{"id":3,"site_name":"p","domains":["p.example.org"],"upstream_type":"pages","pages_deployment":{"project_id":3}}],` +
 		`"openresty_config":{"origin_error_page_enabled":true},` +
 		`"waf":{"rule_groups":[{"id":1,"enabled":true,"is_global":true,"graph":{"entry":"p","nodes":{"p":{"type":"pow"}}}}],"bindings":[]}}`
-	out, err := Render(src, nil)
+	out, err := Config(src, nil)
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}

@@ -35,7 +35,7 @@ func TestValidateConfigAccepts(t *testing.T) {
 		`"main_config_template":"workers {{OpenRestyWorkerProcesses}};\n","worker_connections":0,"client_max_body_size":"lots","gzip_comp_level":0`,
 		`"cache_enabled":false,"cache_levels":"9:9","cache_key_template":"$nope"`,
 	} {
-		if _, err := Render(configSource(overrides), nil); err != nil {
+		if _, err := Config(configSource(overrides), nil); err != nil {
 			t.Errorf("overrides %s: %v", overrides, err)
 		}
 	}
@@ -88,7 +88,7 @@ func TestValidateConfigErrors(t *testing.T) {
 		{`"cache_enabled":true,"cache_use_stale":" "`, `openresty_config.cache_use_stale: is empty`},
 	}
 	for _, tt := range tests {
-		_, err := Render(configSource(tt.overrides), nil)
+		_, err := Config(configSource(tt.overrides), nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("overrides %s: err = %v, want %q", tt.overrides, err, tt.want)
 		}
@@ -120,7 +120,7 @@ func TestValidateRouteAccepts(t *testing.T) {
 		{`"basic_auth_enabled":true,"basic_auth_username":"` + strings.Repeat("u", 2000) + `","basic_auth_password":"p"`, ""},
 	}
 	for _, tt := range tests {
-		if _, err := Render(routeSource(tt.members, tt.config), nil); err != nil {
+		if _, err := Config(routeSource(tt.members, tt.config), nil); err != nil {
 			t.Errorf("%s: %v", tt.members, err)
 		}
 	}
@@ -168,7 +168,7 @@ func TestValidateRouteErrors(t *testing.T) {
 		{``, `{"origin_error_page_enabled":true,"origin_error_page_status_codes":["400-599"]}`, `route s inherits openresty_config.origin_error_page_status_codes: ["400-599"] include 499, which nginx's error_page refuses`},
 	}
 	for _, tt := range tests {
-		_, err := Render(routeSource(tt.members, tt.config), nil)
+		_, err := Config(routeSource(tt.members, tt.config), nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s %s: err = %v, want %q", tt.members, tt.config, err, tt.want)
 		}
@@ -187,7 +187,7 @@ func TestValidatePages(t *testing.T) {
 		`,"api_proxy_enabled":true,"api_proxy_path":"api","api_proxy_pass":"https://10.0.0.9:8443/","api_proxy_rewrite":"/"`,
 		`,"api_proxy_enabled":true,"api_proxy_path":"/a b","api_proxy_pass":""`, // no API location at all
 	} {
-		if _, err := Render(pagesSource(ok), nil); err != nil {
+		if _, err := Config(pagesSource(ok), nil); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
@@ -203,7 +203,7 @@ func TestValidatePages(t *testing.T) {
 		{`,"api_proxy_enabled":true,"api_proxy_path":"/api","api_proxy_pass":"http://10.0.0.9","api_proxy_rewrite":"/$1"`, `route p pages_deployment.api_proxy_rewrite: "/$1" contains $`},
 	}
 	for _, tt := range tests {
-		_, err := Render(pagesSource(tt.deployment), nil)
+		_, err := Config(pagesSource(tt.deployment), nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err = %v, want %q", tt.deployment, err, tt.want)
 		}
@@ -213,7 +213,7 @@ func TestValidatePages(t *testing.T) {
 func TestValidateUpstreamNames(t *testing.T) {
 	src := `{"routes":[{"id":1,"site_name":"A b","domains":["a.example"],"origin_url":"http://10.0.0.1"},` +
 		`{"id":1,"site_name":"a-b","domains":["b.example"],"origin_url":"http://10.0.0.2"}],"openresty_config":{},"waf":{}}`
-	_, err := Render(src, nil)
+	_, err := Config(src, nil)
 	if err == nil || err.Error() != "route A b and route a-b both declare upstream backend_a_b_1 (same sanitised site name and id)" {
 		t.Errorf("err = %v", err)
 	}
@@ -221,12 +221,12 @@ func TestValidateUpstreamNames(t *testing.T) {
 	// name is free for the third route.
 	src = `{"routes":[{"id":1,"site_name":"a","domains":["a.example"],"origin_url":"http://10.0.0.1","upstreams":["http://10.0.0.1","https://10.0.0.2"]},` +
 		`{"id":1,"site_name":"a","domains":["b.example"],"origin_url":"http://10.0.0.2"}],"openresty_config":{},"waf":{}}`
-	if _, err := Render(src, nil); err != nil {
+	if _, err := Config(src, nil); err != nil {
 		t.Errorf("verbatim route and named route: %v", err)
 	}
 	src = `{"routes":[{"id":1,"site_name":"a","domains":["a.example"],"origin_url":"http://10.0.0.1","upstreams":["http://10.0.0.1","https://10.0.0.2"]},` +
 		`{"id":1,"site_name":"a","domains":["b.example"],"origin_url":"http://10.0.0.2"},{"id":1,"site_name":"A","domains":["c.example"],"origin_url":"http://10.0.0.3"}]}`
-	if _, err := Render(src, nil); err == nil || !strings.Contains(err.Error(), "route a and route A both declare upstream backend_a_1") {
+	if _, err := Config(src, nil); err == nil || !strings.Contains(err.Error(), "route a and route A both declare upstream backend_a_1") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -240,7 +240,7 @@ func TestAbsentConfigDefaults(t *testing.T) {
 		minimalSource(route, `{"worker_connections":null,"client_max_body_size":null}`),
 		`{"routes":[` + route + `]}`,
 	} {
-		out, err := Render(src, nil)
+		out, err := Config(src, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
@@ -252,7 +252,7 @@ func TestAbsentConfigDefaults(t *testing.T) {
 			t.Errorf("%s: an omitted key or false boolean was filled in:\n%s", src, out.Main)
 		}
 	}
-	if _, err := Render(minimalSource(route, `{"worker_connections":0}`), nil); err == nil {
+	if _, err := Config(minimalSource(route, `{"worker_connections":0}`), nil); err == nil {
 		t.Errorf("an explicit 0 was replaced by the default instead of being refused")
 	}
 }
@@ -261,11 +261,11 @@ func TestAbsentConfigDefaults(t *testing.T) {
 // before validation existed still win, so fixture agent errors stay exact.
 func TestValidationKeepsFixtureErrors(t *testing.T) {
 	src := minimalSource(`{"id":4,"site_name":"s","origin_url":"ftp://x"}`, `{"worker_processes":"auto"}`)
-	if _, err := Render(src, nil); err == nil || err.Error() != "route s domains are invalid" {
+	if _, err := Config(src, nil); err == nil || err.Error() != "route s domains are invalid" {
 		t.Errorf("err = %v", err)
 	}
 	https := minimalSource(`{"site_name":"s","domains":["a.example.org"],"enable_https":true,"origin_url":"ftp://x"}`, "")
-	if _, err := Render(https, []protocol.SupportFile{}); err == nil || err.Error() != "路由 s 未配置证书" {
+	if _, err := Config(https, []protocol.SupportFile{}); err == nil || err.Error() != "路由 s 未配置证书" {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -111,15 +111,11 @@ func (g *wafGraph) hasNodeType(t string) bool {
 	return false
 }
 
-// IPGroupIDs lists every IP group a waf_config.json document references:
-// ip_match nodes' config.ip_group_ids plus the legacy rule-group keys
-// ip_whitelist_group_ids / ip_blacklist_group_ids (PROTOCOL 4.2, 7.2).
-// The result is deduplicated and sorted ascending.
-func IPGroupIDs(wafConfigJSON []byte) ([]uint64, error) {
-	var doc wafDocument
-	if err := json.Unmarshal(wafConfigJSON, &doc); err != nil {
-		return nil, fmt.Errorf("decode waf config: %w", err)
-	}
+// ipGroupIDs lists every IP group the document references: ip_match
+// nodes' config.ip_group_ids plus the legacy rule-group keys
+// ip_whitelist_group_ids / ip_blacklist_group_ids (PROTOCOL 4.2, 7.2),
+// deduplicated and ascending.
+func (doc *wafDocument) ipGroupIDs() ([]uint64, error) {
 	seen := make(map[uint64]bool)
 	for _, g := range doc.RuleGroups {
 		for _, id := range g.IPWhitelistGroupIDs {

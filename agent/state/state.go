@@ -1,32 +1,77 @@
 package state
 
 import (
+	"encoding/json"
 	"log/slog"
 	"sync"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
 // State is agent-state.json: what the agent knows about itself between runs
 // (PROTOCOL 1.4). It has no server contract.
 type State struct {
-	NodeID          string `json:"node_id"`
-	CurrentVersion  string `json:"current_version"`
-	CurrentChecksum string `json:"current_checksum"`
-	// Blocked is the version+checksum whose apply failed; it is not fetched
-	// again until the server publishes something else (PROTOCOL 8.4).
-	BlockedVersion   string `json:"blocked_version"`
-	BlockedChecksum  string `json:"blocked_checksum"`
-	BlockedReason    string `json:"blocked_reason"`
-	LastError        string `json:"last_error"`
-	OpenRestyStatus  string `json:"openresty_status"`
-	OpenRestyMessage string `json:"openresty_message"`
+	NodeID string
+	// Current is the version nginx runs (empty after the fallback took over).
+	Current protocol.ConfigRef
+	// Blocked is the version whose apply failed; it is not fetched again
+	// until the server publishes something else (PROTOCOL 8.4).
+	Blocked          protocol.ConfigRef
+	BlockedReason    string
+	LastError        string
+	OpenRestyStatus  string
+	OpenRestyMessage string
 	// LastHeartbeatUnix is the time of the last beat the server accepted.
-	LastHeartbeatUnix int64  `json:"last_heartbeat_unix,omitempty"`
-	Channel           string `json:"channel,omitempty"`
+	LastHeartbeatUnix int64
+	Channel           string
 	// ProbeError is why the last self-probe of the data plane failed;
 	// empty once a probe passes. While set the node reports unhealthy.
-	ProbeError string `json:"probe_error,omitempty"`
+	ProbeError string
 	// Workers is who the nginx workers run as, and why.
-	Workers string `json:"nginx_workers,omitempty"`
+	Workers string
+}
+
+// file is the on-disk layout, flat as upstream's agent-state.json keeps
+// it, so state written by earlier releases still loads.
+type file struct {
+	NodeID            string `json:"node_id"`
+	CurrentVersion    string `json:"current_version"`
+	CurrentChecksum   string `json:"current_checksum"`
+	BlockedVersion    string `json:"blocked_version"`
+	BlockedChecksum   string `json:"blocked_checksum"`
+	BlockedReason     string `json:"blocked_reason"`
+	LastError         string `json:"last_error"`
+	OpenRestyStatus   string `json:"openresty_status"`
+	OpenRestyMessage  string `json:"openresty_message"`
+	LastHeartbeatUnix int64  `json:"last_heartbeat_unix,omitempty"`
+	Channel           string `json:"channel,omitempty"`
+	ProbeError        string `json:"probe_error,omitempty"`
+	Workers           string `json:"nginx_workers,omitempty"`
+}
+
+// MarshalJSON writes the flat layout.
+func (s State) MarshalJSON() ([]byte, error) {
+	return json.Marshal(file{
+		NodeID: s.NodeID, CurrentVersion: s.Current.Version, CurrentChecksum: s.Current.Checksum,
+		BlockedVersion: s.Blocked.Version, BlockedChecksum: s.Blocked.Checksum, BlockedReason: s.BlockedReason,
+		LastError: s.LastError, OpenRestyStatus: s.OpenRestyStatus, OpenRestyMessage: s.OpenRestyMessage,
+		LastHeartbeatUnix: s.LastHeartbeatUnix, Channel: s.Channel, ProbeError: s.ProbeError, Workers: s.Workers,
+	})
+}
+
+// UnmarshalJSON reads the flat layout.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var f file
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = State{
+		NodeID: f.NodeID, Current: protocol.ConfigRef{Version: f.CurrentVersion, Checksum: f.CurrentChecksum},
+		Blocked: protocol.ConfigRef{Version: f.BlockedVersion, Checksum: f.BlockedChecksum}, BlockedReason: f.BlockedReason,
+		LastError: f.LastError, OpenRestyStatus: f.OpenRestyStatus, OpenRestyMessage: f.OpenRestyMessage,
+		LastHeartbeatUnix: f.LastHeartbeatUnix, Channel: f.Channel, ProbeError: f.ProbeError, Workers: f.Workers,
+	}
+	return nil
 }
 
 // Store is the agent state in memory and on disk. Updates are serialised and

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/openflare/openflare-agent/agent/protocol"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 func tortureWriter(dir string) {
 	for i := 0; ; i++ {
 		s := State{
-			CurrentVersion: fmt.Sprintf("20261129-%03d", i%1000),
+			Current: protocol.ConfigRef{Version: fmt.Sprintf("20261129-%03d", i%1000)},
 			// Vary the size so a torn write would show as truncated JSON.
 			LastError: strings.Repeat("x", (i*7919)%20000),
 		}
@@ -117,11 +118,11 @@ func TestCorruptStateMovedAside(t *testing.T) {
 	if len(aside) != 1 {
 		t.Fatalf("corrupt file not moved aside: %v", aside)
 	}
-	if err := st.Update(func(s *State) { s.CurrentVersion = "20261129-001" }); err != nil {
+	if err := st.Update(func(s *State) { s.Current.Version = "20261129-001" }); err != nil {
 		t.Fatal(err)
 	}
 	again, err := Open(path, nil)
-	if err != nil || again.Get().CurrentVersion != "20261129-001" {
+	if err != nil || again.Get().Current.Version != "20261129-001" {
 		t.Fatalf("reopen: %+v, %v", again.Get(), err)
 	}
 }
@@ -135,7 +136,29 @@ func TestWrongShapeStateNotHalfApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Get().CurrentVersion != "" {
+	if st.Get().Current.Version != "" {
 		t.Fatalf("half-decoded state leaked: %+v", st.Get())
+	}
+}
+
+// The file keeps upstream's flat keys: state written by earlier releases
+// loads, and what this one writes reads back the same.
+func TestFlatLayoutRoundTrip(t *testing.T) {
+	old := `{"node_id":"n1","current_version":"v1","current_checksum":"c1","blocked_version":"v2","blocked_checksum":"c2","blocked_reason":"r","last_error":"e"}`
+	var s State
+	if err := json.Unmarshal([]byte(old), &s); err != nil {
+		t.Fatal(err)
+	}
+	want := State{NodeID: "n1", Current: protocol.ConfigRef{Version: "v1", Checksum: "c1"}, Blocked: protocol.ConfigRef{Version: "v2", Checksum: "c2"}, BlockedReason: "r", LastError: "e"}
+	if s != want {
+		t.Fatalf("loaded %+v", s)
+	}
+	b, err := json.Marshal(s)
+	if err != nil || !strings.Contains(string(b), `"current_version":"v1"`) || !strings.Contains(string(b), `"blocked_checksum":"c2"`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	var back State
+	if err := json.Unmarshal(b, &back); err != nil || back != s {
+		t.Fatalf("round trip %+v %v", back, err)
 	}
 }

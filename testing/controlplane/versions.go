@@ -39,7 +39,7 @@ type version struct {
 // placeholder checksum and support_files null (PROTOCOL 4.3 caveat 2), and
 // the render error is returned next to the version.
 func (s *Server) Publish(sourceJSON string, support []protocol.SupportFile) (protocol.ConfigRef, error) {
-	out, err := render.Render(sourceJSON, support)
+	out, err := render.Config(sourceJSON, support)
 	if err != nil {
 		ref := s.publish(sourceJSON, nil, placeholderChecksum(sourceJSON))
 		return ref, fmt.Errorf("controlplane: publish %s: render failed, placeholder checksum stored: %w", ref.Version, err)

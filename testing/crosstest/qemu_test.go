@@ -327,7 +327,7 @@ func renderActive(t *testing.T, tg target, bin string, cp *controlplane.Server, 
 	if err := json.Unmarshal(env.Data, &ac); err != nil {
 		t.Fatal(err)
 	}
-	host, err := render.Render(ac.SourceConfigJSON, ac.SupportFiles)
+	host, err := render.Config(ac.SourceConfigJSON, ac.SupportFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestCrossRenderWideIntegers(t *testing.T) {
 		{"keepalive_requests", controlplane.Source{Routes: []controlplane.Route{route}, OpenResty: map[string]any{"keepalive_requests": 3000000000}}},
 	}
 	for _, c := range cases {
-		host, err := render.Render(c.src.JSON(), nil)
+		host, err := render.Config(c.src.JSON(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestPublishServes(t *testing.T) {
 		t.Fatalf("apply log %+v", rec)
 	}
 	waitServes(t, "app.test", "/hello", "origin-ok one /hello")
-	if st := n.state(); st.CurrentVersion != ref.Version || st.CurrentChecksum != ref.Checksum {
+	if st := n.state(); st.Current.Version != ref.Version || st.Current.Checksum != ref.Checksum {
 		t.Fatalf("state %+v, want %+v", st, ref)
 	}
 	// A host no route serves gets the default server's 421.
@@ -64,7 +64,7 @@ func TestBadVersionRollsBack(t *testing.T) {
 	}
 	waitServes(t, "app.test", "/", "origin-ok v1")
 	st := n.state()
-	if st.BlockedVersion != v2.Version || st.BlockedChecksum != v2.Checksum || st.CurrentVersion != v1.Version {
+	if st.Blocked.Version != v2.Version || st.Blocked.Checksum != v2.Checksum || st.Current.Version != v1.Version {
 		t.Fatalf("state %+v", st)
 	}
 	fetches := cp.Requests(protocol.PathActive)
@@ -81,7 +81,7 @@ func TestBadVersionRollsBack(t *testing.T) {
 	v3 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o3)}})
 	waitApplyLog(t, cp, v3.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v3")
-	if st := n.state(); st.BlockedVersion != "" || st.LastError != "" {
+	if st := n.state(); st.Blocked.Version != "" || st.LastError != "" {
 		t.Fatalf("blocklist or error not cleared: %+v", st)
 	}
 }
@@ -140,7 +140,7 @@ func TestFirstDeploymentBadStartsFallback(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("stub_status %d", resp.StatusCode)
 	}
-	if st := n.state(); st.BlockedVersion != v1.Version || st.BlockedChecksum != v1.Checksum {
+	if st := n.state(); st.Blocked.Version != v1.Version || st.Blocked.Checksum != v1.Checksum {
 		t.Fatalf("state %+v", st)
 	}
 	// The blocklist survives a restart.
@@ -318,7 +318,7 @@ func TestStopDuringApply(t *testing.T) {
 	n.waitLog(`msg="apply: staged copy validated" version=`+v2.Version, 30*time.Second)
 	n.stop()
 	waitServes(t, "app.test", "/", "origin-ok v2")
-	if st := n.state(); st.CurrentVersion != v2.Version || st.BlockedVersion != "" {
+	if st := n.state(); st.Current.Version != v2.Version || st.Blocked.Version != "" {
 		t.Fatalf("state after a stop mid-apply: %+v", st)
 	}
 }

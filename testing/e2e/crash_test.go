@@ -49,10 +49,10 @@ func TestCrashDuringApply(t *testing.T) {
 			})
 			st := n.state()
 			switch {
-			case strings.Contains(body, "origin-ok old") && st.CurrentVersion == v1.Version:
-			case strings.Contains(body, "origin-ok new") && st.CurrentVersion == v2.Version:
+			case strings.Contains(body, "origin-ok old") && st.Current.Version == v1.Version:
+			case strings.Contains(body, "origin-ok new") && st.Current.Version == v2.Version:
 			default:
-				t.Fatalf("nginx serves %q but state says %q (v1 %s, v2 %s)", body, st.CurrentVersion, v1.Version, v2.Version)
+				t.Fatalf("nginx serves %q but state says %q (v1 %s, v2 %s)", body, st.Current.Version, v1.Version, v2.Version)
 			}
 			// A few more requests: the answer is stable, not a mix.
 			for i := 0; i < 5; i++ {
@@ -65,7 +65,7 @@ func TestCrashDuringApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitServes(t, "two.test", "/", "origin-ok new")
-			waitFor(t, 30*time.Second, "state to record the new version", func() bool { return n.state().CurrentVersion == v2.Version })
+			waitFor(t, 30*time.Second, "state to record the new version", func() bool { return n.state().Current.Version == v2.Version })
 			n.stop()
 			n.stopNginx()
 		})

@@ -174,8 +174,8 @@ func TestUnknownNginxUserFails(t *testing.T) {
 	if r := get("app.test", "/"); r.err == nil && r.status == 200 {
 		t.Fatalf("the site serves: %d %q", r.status, r.body)
 	}
-	if st := n.state(); st.BlockedVersion != "" {
-		t.Fatalf("a local problem blocklisted %s", st.BlockedVersion)
+	if st := n.state(); st.Blocked.Version != "" {
+		t.Fatalf("a local problem blocklisted %s", st.Blocked.Version)
 	}
 }
 
@@ -203,8 +203,8 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 		}
 	}
 	st := n.state()
-	if st.CurrentVersion != v1.Version || st.BlockedVersion != "" || st.ProbeError == "" {
-		t.Fatalf("state after the failed probe: current %q blocked %q probe %q", st.CurrentVersion, st.BlockedVersion, st.ProbeError)
+	if st.Current.Version != v1.Version || st.Blocked.Version != "" || st.ProbeError == "" {
+		t.Fatalf("state after the failed probe: current %q blocked %q probe %q", st.Current.Version, st.Blocked.Version, st.ProbeError)
 	}
 	if route := readFile(t, n.data("etc", "nginx", "conf.d", "openflare_routes.conf")); strings.Contains(route, "v2") {
 		t.Fatal("v2's route config was left in place")

@@ -185,8 +185,8 @@ func TestBadRepliesChangeNothing(t *testing.T) {
 	cp.Inject(controlplane.Fault{Path: protocol.PathActive, Truncate: true})
 	ref2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "bad.test", o2)}, OpenResty: noErrorPages})
 	n.waitLog("fetch active config: active config: read reply: unexpected EOF", 30*time.Second)
-	if st := n.state(); st.CurrentVersion != ref.Version {
-		t.Fatalf("state moved to %q on a truncated reply", st.CurrentVersion)
+	if st := n.state(); st.Current.Version != ref.Version {
+		t.Fatalf("state moved to %q on a truncated reply", st.Current.Version)
 	}
 	// The next beat fetches again and applies the new version.
 	waitApplyLog(t, cp, ref2.Version, protocol.ResultSuccess)

@@ -206,7 +206,7 @@ func TestForceSyncReappliesBlockedVersion(t *testing.T) {
 	ln := listen(t, "127.0.0.1:8444")
 	v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}, OpenResty: map[string]any{"main_config_template": tmpl}})
 	waitApplyLog(t, cp, v1.Version, protocol.ResultWarning)
-	if st := n.state(); st.BlockedVersion != v1.Version {
+	if st := n.state(); st.Blocked.Version != v1.Version {
 		t.Fatalf("not blocked: %+v", st)
 	}
 	ln.Close()
@@ -215,7 +215,7 @@ func TestForceSyncReappliesBlockedVersion(t *testing.T) {
 	}
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v1")
-	if st := n.state(); st.BlockedVersion != "" || st.CurrentVersion != v1.Version {
+	if st := n.state(); st.Blocked.Version != "" || st.Current.Version != v1.Version {
 		t.Fatalf("state after force sync %+v", st)
 	}
 }

@@ -338,7 +338,7 @@ func (g *generator) source() string {
 // renders loads in nginx. It reports whether nginx -t ran.
 func checkAccepted(t *testing.T, l *loader, source string, support []protocol.SupportFile) bool {
 	t.Helper()
-	out, err := render.Render(source, support)
+	out, err := render.Config(source, support)
 	if err != nil {
 		if err.Error() == "" {
 			t.Errorf("render failed with an empty message\nsource: %s", source)

@@ -46,7 +46,7 @@ func TestFixturesPassNginxT(t *testing.T) {
 			if hostsErr != nil && namesAny(e4.SourceConfigJSON, fixtureOriginHosts) {
 				t.Skipf("nginx resolves upstream host names while loading, and %v exist nowhere; mapping them in /etc/hosts failed: %v", fixtureOriginHosts, hostsErr)
 			}
-			out, err := render.Render(e4.SourceConfigJSON, e4.SupportFiles)
+			out, err := render.Config(e4.SourceConfigJSON, e4.SupportFiles)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}

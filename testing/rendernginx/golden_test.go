@@ -194,7 +194,7 @@ func TestGoldenMatrix(t *testing.T) {
 				t.Fatalf("indent source: %v", err)
 			}
 			src.WriteByte('\n')
-			out, err := render.Render(c.source(), support)
+			out, err := render.Config(c.source(), support)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}

@@ -1,15 +1,13 @@
-package sync
+package apply
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -24,34 +22,29 @@ type Outcome struct {
 	Reloaded bool
 }
 
-// apply lands a rendered version and makes nginx serve it, or keeps the node
+// land lands a rendered version and makes nginx serve it, or keeps the node
 // serving what it had (three-stage rollback, PROTOCOL 8.2 done more safely):
 // validate a staged copy before touching live files, back up every path the
-// apply will touch, swap, validate again, reload and confirm the reload.
-func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *render.Output, startup bool) Outcome {
-	target := landing.Ref{Version: ac.Version, Checksum: ac.Checksum}
+// apply will touch, swap, validate again, reload, and prove with the
+// self-probe that the workers serve.
+func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *render.Output, startup bool) Outcome {
 	fail := func(err error) Outcome {
-		return s.recoverFrom(ctx, nil, target, fmt.Errorf("apply version %s: %w", ac.Version, err))
+		return e.recoverFrom(ctx, nil, target, fmt.Errorf("apply version %s: %w", target.Version, err))
 	}
-	// A problem of this node's nginx, not of the version: report it, but do
-	// not blocklist the version (the operator installs the missing module
-	// and restarts the agent, and the version applies).
+	// A problem of this node, not of the version: report it, but do not
+	// blocklist the version (the operator fixes the node and restarts the
+	// agent, and the version applies).
 	local := func(err error) Outcome {
-		s.held = target
-		cause := fmt.Errorf("apply version %s: %w", ac.Version, err)
-		if s.Ctl != nil && s.Ctl.Caps != nil {
-			// Nothing was touched; this only starts what can run (the
-			// landed config, or the fallback, which needs no Lua).
-			s.keepServing(ctx, false, cause, nil)
-		}
-		out := Outcome{Result: protocol.ResultFailed, Message: cause.Error() + " (not blocklisted: this node's nginx cannot run it until fixed and the agent restarted)"}
-		s.recordFailure(out, false, target)
-		return out
+		e.held = target
+		cause := fmt.Errorf("apply version %s: %w", target.Version, err)
+		// Nothing was touched; this only starts what can run (the landed
+		// config, or the fallback, which needs no Lua).
+		e.keepServing(ctx, false, cause, nil)
+		o := Outcome{Result: protocol.ResultFailed, Message: cause.Error() + " (not blocklisted: this node's nginx cannot run it until fixed and the agent restarted)"}
+		e.recordFailure(o, false, target)
+		return o
 	}
-	if s.Ctl == nil || s.Ctl.Caps == nil {
-		return local(errors.New("nginx binary not usable: " + s.ProbeErr))
-	}
-	mainText, err := s.Adapter.Main(out.Main)
+	mainText, err := e.Nginx.Main(out.Main)
 	if isLocal(err) {
 		return local(err)
 	}
@@ -60,32 +53,32 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	}
 	// An earlier rollback that could not restore its backup left it on
 	// disk: put it back before touching anything again.
-	if _, err := s.restorePending(ctx); err != nil {
+	if _, err := e.restoreLeftover(ctx); err != nil {
 		return fail(err)
 	}
-	routeText := s.Adapter.Route(out.Route)
-	set, err := landing.Plan(s.Paths, mainText, routeText, out.Files)
+	routeText := e.Nginx.Route(out.Route)
+	set, err := landing.Plan(e.Paths, mainText, routeText, out.Files)
 	if err != nil {
 		return fail(err)
 	}
-	st := s.Store.Get()
-	if startup && st.CurrentVersion == ac.Version && st.CurrentChecksum == ac.Checksum && s.Ctl.Running() && set.Unchanged() {
+	st := e.Store.Get()
+	if startup && st.Current == target && e.Nginx.Running() && set.Unchanged() {
 		return Outcome{Result: protocol.ResultSuccess, Message: "apply success"}
 	}
 	// nginx -t opens the logs and creates temp paths named in the config;
 	// the workers must reach every file the sites use.
-	if err := s.prepare(out.Main, false); isLocal(err) {
+	if err := e.prepare(out.Main); isLocal(err) {
 		return local(err)
 	} else if err != nil {
 		return fail(err)
 	}
-	began := time.Now()
-	staged, err := landing.Stage(s.StagingDir, s.Paths, mainText, routeText, out.Files)
+	began := e.now()
+	staged, err := landing.Stage(e.StagingDir, e.Paths, mainText, routeText, out.Files)
 	if err == nil {
-		err = s.Ctl.Test(ctx, staged)
+		err = e.Nginx.Test(ctx, staged)
 	}
-	s.Log.Debug("apply: staged copy validated", "version", ac.Version, "took", time.Since(began))
-	os.RemoveAll(s.StagingDir)
+	e.Log.Debug("apply: staged copy validated", "version", target.Version, "took", e.now().Sub(began))
+	os.RemoveAll(e.StagingDir)
 	if err != nil {
 		return fail(fmt.Errorf("staged validation: %w", err))
 	}
@@ -93,41 +86,40 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 	if err != nil {
 		return fail(err)
 	}
-	from := landing.Ref{Version: st.CurrentVersion, Checksum: st.CurrentChecksum}
-	txn, err := landing.Begin(s.BackupDir, from, target, touched, set.Managed)
+	txn, err := landing.Begin(e.BackupDir, st.Current, target, touched, set.Managed)
 	if err != nil {
 		return fail(err)
 	}
 	crashpoint.Hit("after-backup")
-	s.Log.Debug("apply: backed up", "files", len(touched), "took", time.Since(began))
+	e.Log.Debug("apply: backed up", "files", len(touched), "took", e.now().Sub(began))
 	err = set.Write(func() { crashpoint.Hit("mid-write") })
 	crashpoint.Hit("after-swap")
-	s.Log.Debug("apply: swapped in", "took", time.Since(began))
+	e.Log.Debug("apply: swapped in", "took", e.now().Sub(began))
 	if err == nil {
-		err = s.Ctl.Test(ctx, s.Paths.Main)
-		s.Log.Debug("apply: live config validated", "took", time.Since(began))
+		err = e.Nginx.Test(ctx, e.Paths.Main)
+		e.Log.Debug("apply: live config validated", "took", e.now().Sub(began))
 	}
 	if err == nil {
 		crashpoint.Hit("before-reload")
-		err = s.activate(ctx)
-		s.Log.Debug("apply: reload confirmed and probed", "took", time.Since(began))
+		err = e.activate(ctx)
+		e.Log.Debug("apply: reload confirmed and probed", "took", e.now().Sub(began))
 	}
 	if err != nil {
-		return s.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: %w", ac.Version, err))
+		return e.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: %w", target.Version, err))
 	}
 	// Record the new version before discarding the backup: a crash between
 	// the two restores the old files and, from the manifest, the old state.
-	if err := s.Store.Update(func(st *state.State) {
-		st.CurrentVersion, st.CurrentChecksum = ac.Version, ac.Checksum
-		st.BlockedVersion, st.BlockedChecksum, st.BlockedReason = "", "", ""
+	if err := e.Store.Update(func(st *state.State) {
+		st.Current = target
+		st.Blocked, st.BlockedReason = protocol.ConfigRef{}, ""
 		st.LastError = ""
 		st.OpenRestyStatus, st.OpenRestyMessage = protocol.StatusHealthy, ""
 	}); err != nil {
-		return s.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: record state: %w", ac.Version, err))
+		return e.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: record state: %w", target.Version, err))
 	}
 	crashpoint.Hit("after-state")
 	if err := txn.Commit(); err != nil {
-		s.Log.Warn("discard apply backup", "err", err)
+		e.Log.Warn("discard apply backup", "err", err)
 	}
 	return Outcome{Result: protocol.ResultSuccess, Message: "apply success", Reloaded: true}
 }
@@ -139,113 +131,105 @@ func (s *Syncer) apply(ctx context.Context, ac *protocol.ActiveConfig, out *rend
 // cause on this node (isLocal: the data plane took the config but failed
 // its self-probe) is still a failed apply, but the version is held rather
 // than blocklisted.
-func (s *Syncer) recoverFrom(ctx context.Context, txn *landing.Txn, target landing.Ref, cause error) Outcome {
-	s.Log.Error("apply failed; rolling back", "version", target.Version, "err", cause)
+func (e *Engine) recoverFrom(ctx context.Context, txn *landing.Txn, target protocol.ConfigRef, cause error) Outcome {
+	e.Log.Error("apply failed; rolling back", "version", target.Version, "err", cause)
 	var rerr error
 	if txn != nil {
 		rerr = txn.Restore()
 	}
-	out := s.keepServing(ctx, txn != nil, cause, rerr)
+	out := e.keepServing(ctx, txn != nil, cause, rerr)
 	// The backup is the only copy of the last good files until it has been
 	// put back: keep it for the next apply or boot to retry.
 	if txn != nil && rerr == nil {
 		if err := txn.Commit(); err != nil {
-			s.Log.Warn("discard apply backup", "err", err)
+			e.Log.Warn("discard apply backup", "err", err)
 		}
 	}
 	if isLocal(cause) {
-		s.held = target
+		e.held = target
 		out.Result = protocol.ResultFailed
 		out.Message += " (not blocklisted: the cause is on this node; fix it, then restart the agent to retry this version)"
-		s.recordFailure(out, false, target)
+		e.recordFailure(out, false, target)
 		return out
 	}
-	s.recordFailure(out, true, target)
+	e.recordFailure(out, true, target)
 	return out
 }
 
 // keepServing brings nginx back to a valid configuration after a failure.
-func (s *Syncer) keepServing(ctx context.Context, touched bool, cause, restoreErr error) Outcome {
-	usable := s.Ctl != nil && s.Ctl.Caps != nil
-	if !touched && usable && s.Ctl.Running() {
+func (e *Engine) keepServing(ctx context.Context, touched bool, cause, restoreErr error) Outcome {
+	if !touched && e.Nginx.Running() {
 		// The live files were never changed: nginx keeps what it serves.
 		return Outcome{Result: protocol.ResultWarning, Message: fmt.Sprintf("apply failed, rolled back to previous config: %v", cause)}
 	}
-	if restoreErr == nil && usable && fileExists(s.Paths.Main) {
-		err := s.Ctl.Test(ctx, s.Paths.Main)
+	if restoreErr == nil && fileExists(e.Paths.Main) {
+		err := e.Nginx.Test(ctx, e.Paths.Main)
 		if err == nil {
-			err = s.activate(ctx)
+			err = e.activate(ctx)
 		}
 		if err == nil {
 			return Outcome{Result: protocol.ResultWarning, Message: fmt.Sprintf("apply failed, rolled back to previous config: %v", cause)}
 		}
 		restoreErr = err
 	}
-	if usable && s.Ctl.Running() {
+	if e.Nginx.Running() {
 		msg := fmt.Sprintf("apply failed: %v", cause)
 		if restoreErr != nil {
 			msg += fmt.Sprintf("; rollback recovery failed: %v", restoreErr)
 		}
 		return Outcome{Result: protocol.ResultFailed, Message: msg + "; nginx keeps serving its last loaded configuration"}
 	}
-	if err := s.startFallback(ctx); err != nil {
+	if err := e.startFallback(ctx); err != nil {
 		return Outcome{Result: protocol.ResultFailed, Message: fmt.Sprintf("apply failed: %v; fallback runtime failed: %v", cause, err)}
 	}
 	return Outcome{Result: protocol.ResultWarning, Message: fmt.Sprintf("apply failed, but fallback runtime started: %v", cause)}
 }
 
 // startFallback writes and starts the safe fallback runtime (stage 2).
-func (s *Syncer) startFallback(ctx context.Context) error {
-	if s.Ctl == nil || s.Ctl.Caps == nil {
-		return errors.New("nginx binary not usable: " + s.ProbeErr)
-	}
-	adapter := s.Adapter.ForFallback()
-	mainText, err := adapter.Main(s.Fallback)
+func (e *Engine) startFallback(ctx context.Context) error {
+	mainText, err := e.Nginx.FallbackMain(e.Fallback)
 	if err != nil {
 		return err
 	}
-	w, err := adapter.Worker(nginx.TemplateUser(s.Fallback))
+	w, err := e.Nginx.Workers(e.Fallback, true)
 	if err != nil {
 		return err
 	}
 	// The fallback serves only a 503 and reads none of the tree: a parent
 	// closed to the workers is reported, and the fallback starts anyway.
-	if err := s.Tree.Prepare(w, false); err != nil && !errors.Is(err, landing.ErrWorkerAccess) {
+	if err := e.Tree.Prepare(w, false); err != nil && !errors.Is(err, landing.ErrWorkerAccess) {
 		return err
 	}
-	if err := landing.FallbackPlan(s.Paths, mainText).Write(nil); err != nil {
+	if err := landing.FallbackPlan(e.Paths, mainText).Write(nil); err != nil {
 		return err
 	}
-	if err := s.Ctl.Test(ctx, s.Paths.Main); err != nil {
+	if err := e.Nginx.Test(ctx, e.Paths.Main); err != nil {
 		return err
 	}
-	s.Log.Warn("safe fallback runtime written: port 80 answers 503 until a valid version applies")
-	if err := s.activate(ctx); err != nil {
+	e.Log.Warn("safe fallback runtime written: port 80 answers 503 until a valid version applies")
+	if err := e.activate(ctx); err != nil {
 		return err
 	}
 	// The node no longer serves the version state names: forget it, so the
 	// server's version is applied again rather than taken as up to date.
-	return s.Store.Update(func(st *state.State) { st.CurrentVersion, st.CurrentChecksum = "", "" })
+	return e.Store.Update(func(st *state.State) { st.Current = protocol.ConfigRef{} })
 }
 
 // recordFailure records a failed apply; with block it is stage 3: the
 // failed version+checksum is not fetched again until the server publishes
 // something else (PROTOCOL 8.4).
-func (s *Syncer) recordFailure(out Outcome, block bool, target landing.Ref) {
+func (e *Engine) recordFailure(out Outcome, block bool, target protocol.ConfigRef) {
 	status := protocol.StatusHealthy
 	if out.Result == protocol.ResultFailed {
 		status = protocol.StatusUnhealthy
 	}
-	err := s.Store.Update(func(st *state.State) {
+	e.update(func(st *state.State) {
 		if block {
-			st.BlockedVersion, st.BlockedChecksum, st.BlockedReason = target.Version, target.Checksum, out.Message
+			st.Blocked, st.BlockedReason = target, out.Message
 		}
 		st.LastError = out.Message
 		st.OpenRestyStatus, st.OpenRestyMessage = status, out.Message
 	})
-	if err != nil {
-		s.Log.Error("record failed apply", "version", target.Version, "err", err)
-	}
 }
 
 func fileExists(p string) bool {

@@ -1,0 +1,83 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/nginx"
+	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/agent/state"
+)
+
+// isLocal reports whether err is a problem of this node rather than of the
+// version being applied: no usable nginx binary, one that cannot load Lua,
+// a configured worker user that does not exist, workers that cannot reach
+// the agent's files, or a data plane that fails its self-probe. Such a
+// version is held until the agent restarts, never blocklisted.
+func isLocal(err error) bool {
+	return errors.Is(err, nginx.ErrUnusable) || errors.Is(err, nginx.ErrNoLua) ||
+		errors.Is(err, osuser.ErrUnknownUser) || errors.Is(err, landing.ErrWorkerAccess) ||
+		errors.Is(err, nginx.ErrProbe)
+}
+
+// activate makes nginx run the live config (reload, or start) and proves
+// that it serves with it: the self-probe runs in a worker of the new
+// generation.
+func (e *Engine) activate(ctx context.Context) error {
+	mark := e.Nginx.LogMark()
+	if err := e.Nginx.Activate(ctx); err != nil {
+		return err
+	}
+	return e.probe(ctx, mark)
+}
+
+// probe runs the self-probe and records its verdict: while it fails, the
+// node reports unhealthy with the reason (beats and `status`).
+func (e *Engine) probe(ctx context.Context, mark int64) error {
+	err := e.Nginx.SelfTest(ctx, mark)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		e.Log.Error("data plane failed its self-probe", "err", err)
+	}
+	e.update(func(st *state.State) { st.ProbeError = msg })
+	return err
+}
+
+// prepare lays out the agent's directories for the workers that rendered
+// (a main config as the server renders it, before adaptation) gets, and
+// records who they are and why.
+func (e *Engine) prepare(rendered string) error {
+	w, err := e.Nginx.Workers(rendered, false)
+	if err != nil {
+		return err
+	}
+	if err := e.Tree.Prepare(w, false); err != nil {
+		return err
+	}
+	if desc := w.String() + ": " + w.Why; e.Store.Get().Workers != desc {
+		e.Log.Info("nginx worker identity", "workers", w.String(), "why", w.Why)
+		e.update(func(st *state.State) { st.Workers = desc })
+	}
+	return nil
+}
+
+// prepareLanded lays out the directories for the workers the landed main
+// config names (its user line is already the agent's decision).
+func (e *Engine) prepareLanded(repair bool) error {
+	text, err := os.ReadFile(e.Paths.Main)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	w, werr := e.Nginx.Workers(string(text), false)
+	if werr != nil {
+		// nginx_user no longer exists: lay the tree out for the system
+		// fallback user, and still report the problem.
+		if w, err = e.Nginx.Workers(string(text), true); err != nil {
+			return errors.Join(werr, err)
+		}
+	}
+	return errors.Join(werr, e.Tree.Prepare(w, repair))
+}

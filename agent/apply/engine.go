@@ -1,0 +1,259 @@
+// Package apply keeps nginx in step with the server's active version, one
+// apply at a time: target → fetch → render → land → activate → report
+// (PROTOCOL 8). It reaches the server, nginx and the clock through small
+// interfaces, so every decision can be tested without either.
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/controlplane"
+	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/render"
+	"github.com/openflare/openflare-agent/agent/state"
+)
+
+// Mode says why an apply runs.
+type Mode int
+
+const (
+	// Normal follows a heartbeat or an active_config push.
+	Normal Mode = iota
+	// Startup follows the process's first successful heartbeat: it re-applies
+	// even when state says the version is current.
+	Startup
+	// Force follows force_sync_config: the blocklist is cleared first.
+	Force
+)
+
+func (m Mode) String() string {
+	return [...]string{"normal", "startup", "force"}[m]
+}
+
+// ControlPlane is what an apply asks of the server (agent/controlplane).
+type ControlPlane interface {
+	ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error)
+	ApplyLog(ctx context.Context, l *protocol.ApplyLog) (protocol.ApplyLogRecord, error)
+}
+
+// Nginx is the local data plane: agent/nginx's Node for a usable binary,
+// its Unusable when there is none.
+type Nginx interface {
+	// Usable is nil when the binary runs, else why not.
+	Usable() error
+	// Main and FallbackMain adapt a rendered main config (the safe
+	// fallback) to this binary and host; Route adapts a route config.
+	Main(rendered string) (string, error)
+	FallbackMain(text string) (string, error)
+	Route(rendered string) string
+	// Workers is who the workers of a main config run as.
+	Workers(mainText string, fallback bool) (osuser.Identity, error)
+	// Test validates a config file (nginx -t).
+	Test(ctx context.Context, conf string) error
+	// Activate reloads the running master or starts one; Restart stops
+	// and starts it.
+	Activate(ctx context.Context) error
+	Restart(ctx context.Context) error
+	Running() bool
+	// LogMark and SelfTest prove the data plane serves: SelfTest quotes
+	// the error-log lines written after the mark.
+	LogMark() int64
+	SelfTest(ctx context.Context, mark int64) error
+}
+
+// Engine applies versions. Calls are serialised.
+type Engine struct {
+	CP    ControlPlane
+	Nginx Nginx
+	Store *state.Store
+	Paths landing.Paths
+	// Tree is the directory layout the nginx workers must be able to use.
+	Tree landing.Tree
+	// Fallback is the embedded fallback.conf text.
+	Fallback   string
+	BackupDir  string
+	StagingDir string
+	Log        *slog.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+	// IPGroups runs after a success or warning apply with the IP groups
+	// the version references.
+	IPGroups func(ctx context.Context, ids []uint64)
+
+	mu sync.Mutex
+	// held is a version this node cannot run for a reason of its own (no
+	// Lua, no binary, workers that cannot read their files): not
+	// blocklisted on disk, but not retried until the agent restarts.
+	held protocol.ConfigRef
+	// renderFailed spaces out retries of a version that does not render:
+	// fetching up to 64 MiB every beat to fail again helps nobody.
+	renderFailed struct {
+		ref protocol.ConfigRef
+		at  time.Time
+		err error
+	}
+}
+
+// renderRetry is how long a version that failed to render is left alone.
+const renderRetry = time.Minute
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+// Apply brings the node to target (nil: the heartbeat named no active
+// version). Errors are also recorded as last_error for the next beat.
+func (e *Engine) Apply(ctx context.Context, target *protocol.ConfigRef, mode Mode) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err := e.apply(ctx, normalise(target), mode)
+	if err != nil {
+		e.Log.Warn("sync failed", "mode", mode, "err", err)
+		e.update(func(st *state.State) { st.LastError = err.Error() })
+	}
+	return err
+}
+
+// update records a state change; a failure to write it is logged (the
+// state is then kept in memory only until the next write succeeds).
+func (e *Engine) update(f func(*state.State)) {
+	if err := e.Store.Update(f); err != nil {
+		e.Log.Error("record state", "err", err)
+	}
+}
+
+func normalise(t *protocol.ConfigRef) *protocol.ConfigRef {
+	if t == nil {
+		return nil
+	}
+	r := protocol.ConfigRef{Version: strings.TrimSpace(t.Version), Checksum: strings.TrimSpace(t.Checksum)}
+	if r.Version == "" || r.Checksum == "" {
+		return nil
+	}
+	return &r
+}
+
+func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mode) error {
+	if mode == Force {
+		e.held = protocol.ConfigRef{}
+		if err := e.Store.Update(func(st *state.State) {
+			st.Blocked, st.BlockedReason = protocol.ConfigRef{}, ""
+		}); err != nil {
+			return err
+		}
+	}
+	if target == nil && mode == Normal {
+		return nil
+	}
+	if target != nil && e.skip(*target, mode) {
+		return nil
+	}
+	if rf := e.renderFailed; target != nil && mode == Normal && rf.ref == *target && e.now().Sub(rf.at) < renderRetry {
+		return rf.err
+	}
+	ac, err := e.CP.ActiveConfig(ctx)
+	if err != nil {
+		var apiErr *controlplane.Error
+		if target == nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest {
+			// No active version on the server: keep serving what we have.
+			return nil
+		}
+		return fmt.Errorf("fetch active config: %w", err)
+	}
+	fetched := protocol.ConfigRef{Version: ac.Version, Checksum: ac.Checksum}
+	if fetched.Version == "" || fetched.Checksum == "" {
+		return errors.New("fetch active config: reply has no version or checksum")
+	}
+	if e.skip(fetched, mode) {
+		return nil
+	}
+	out, err := render.Config(ac.SourceConfigJSON, ac.SupportFiles)
+	if err != nil {
+		err = fmt.Errorf("render version %s: %w", ac.Version, err)
+		e.renderFailed.ref, e.renderFailed.at, e.renderFailed.err = fetched, e.now(), err
+		return err
+	}
+	prev := e.Store.Get().Current
+	outcome := e.land(ctx, fetched, out, mode != Normal)
+	if sum := out.Checksum(); sum != ac.Checksum {
+		e.Log.Warn("rendered checksum differs from the server's; applied anyway", "version", ac.Version, "rendered", sum, "server", ac.Checksum)
+		if outcome.Result == protocol.ResultSuccess {
+			outcome.Message += fmt.Sprintf(" (rendered checksum %s differs from server checksum %s)", sum, ac.Checksum)
+		}
+	}
+	e.Log.Info("apply finished", "version", ac.Version, "result", outcome.Result, "reloaded", outcome.Reloaded, "message", outcome.Message)
+	if ids, _ := render.PagesProjectIDs(ac.SourceConfigJSON); len(ids) > 0 && outcome.Result == protocol.ResultSuccess {
+		e.Log.Warn("the version has Pages routes; this agent does not download Pages packages yet", "projects", ids)
+		outcome.Message += fmt.Sprintf("; Pages content for projects %v is not synced by this agent", ids)
+	}
+	var reportErr error
+	if outcome.Result != protocol.ResultSuccess || prev != fetched {
+		reportErr = e.report(ctx, fetched, out, outcome)
+	}
+	// The IP groups are synced even if the report failed: without them a
+	// referenced deny list is off.
+	if outcome.Result != protocol.ResultFailed && e.IPGroups != nil {
+		e.IPGroups(ctx, out.IPGroups)
+	}
+	if reportErr != nil {
+		return reportErr
+	}
+	if outcome.Result != protocol.ResultSuccess {
+		return errors.New(outcome.Message)
+	}
+	return nil
+}
+
+// skip reports whether nothing needs doing for ref: it is held or blocked,
+// or (in normal mode) already current. Being current also clears a stale
+// block and the last error.
+func (e *Engine) skip(ref protocol.ConfigRef, mode Mode) bool {
+	if e.held == ref {
+		return true
+	}
+	st := e.Store.Get()
+	if mode != Force && st.Blocked == ref {
+		e.Log.Debug("active version is blocked locally; not fetching", "version", ref.Version)
+		return true
+	}
+	if mode == Normal && st.Current == ref {
+		if st.LastError != "" || st.Blocked != (protocol.ConfigRef{}) {
+			e.update(func(st *state.State) {
+				st.LastError = ""
+				st.Blocked, st.BlockedReason = protocol.ConfigRef{}, ""
+			})
+		}
+		return true
+	}
+	return false
+}
+
+// report sends the apply log (E5).
+func (e *Engine) report(ctx context.Context, ref protocol.ConfigRef, out *render.Output, o Outcome) error {
+	_, err := e.CP.ApplyLog(ctx, &protocol.ApplyLog{
+		NodeID:              e.Store.Get().NodeID,
+		Version:             ref.Version,
+		Result:              o.Result,
+		Message:             o.Message,
+		Checksum:            ref.Checksum,
+		MainConfigChecksum:  out.MainChecksum(),
+		RouteConfigChecksum: out.RouteChecksum(),
+		SupportFileCount:    len(out.Files),
+	})
+	if err != nil {
+		return fmt.Errorf("report apply of %s: %w", ref.Version, err)
+	}
+	return nil
+}
