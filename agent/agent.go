@@ -20,7 +20,6 @@ import (
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/observability"
-	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/wsclient"
 )
@@ -132,23 +131,26 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 // stand-in that says why there is none (applies then fail, not blocklisted,
 // until it is installed).
 func nginxFor(ctx context.Context, cfg *config.Config, paths landing.Paths, log *slog.Logger) apply.Nginx {
-	caps, err := nginx.Probe(ctx, cfg.OpenRestyPath)
+	node, err := nginx.Open(ctx, cfg.OpenRestyPath, cfg.NginxUser, nginxFiles(paths), log)
 	if err != nil {
 		log.Error("nginx binary not usable; applies will fail until it is installed", "err", err)
 		return nginx.Unusable{Why: err.Error()}
 	}
-	adapter := &nginx.Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: cfg.NginxUser}
-	log.Info("nginx found", "binary", caps.Binary, "caps", caps.Summary())
-	for _, n := range adapter.Notes() {
+	log.Info("nginx found", "binary", node.Ctl.Caps.Binary, "caps", node.Ctl.Caps.Summary())
+	for _, n := range node.Notes() {
 		log.Info("nginx adaptation", "note", n)
 	}
-	if w, err := adapter.Worker(""); err != nil {
+	if w, err := node.Worker(""); err != nil {
 		log.Error("nginx worker identity", "err", err)
 	} else {
 		log.Info("nginx worker identity", "workers", w.String(), "why", w.Why)
 	}
-	ctl := &nginx.Ctl{Caps: caps, MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, Log: log, ProbeURL: paths.ProbeURL()}
-	return nginx.Node{Adapter: adapter, Ctl: ctl}
+	return node
+}
+
+// nginxFiles are the paths of the node's layout that nginx control needs.
+func nginxFiles(p landing.Paths) nginx.Files {
+	return nginx.Files{MainConfig: p.Main, PIDFile: p.PID, ErrorLog: p.ErrorLog, ProbeURL: p.ProbeURL()}
 }
 
 // Run starts nginx from the last landed config, registers when needed, and

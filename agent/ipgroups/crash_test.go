@@ -92,7 +92,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Skip("spawns writers")
 	}
 	_, dir := seed(t, crashVersion(0), crashStatic)
-	current := sha(readFile(t, filepath.Join(dir, snapshotName)))
+	current := sha(readFile(t, filepath.Join(dir, SnapshotName)))
 	logDir := t.TempDir()
 	betweenWrites := 0
 	for round := range 25 {
@@ -120,7 +120,7 @@ func TestCrashSafety(t *testing.T) {
 		// every version the child recorded.
 		versions := []string{current}
 		versions = append(versions, strings.Fields(string(readFile(t, logPath)))...)
-		data := readFile(t, filepath.Join(dir, snapshotName))
+		data := readFile(t, filepath.Join(dir, SnapshotName))
 		var doc struct {
 			Groups map[string]protocol.WAFIPGroup `json:"groups"`
 		}
@@ -131,7 +131,7 @@ func TestCrashSafety(t *testing.T) {
 		if j < 0 {
 			t.Fatalf("round %d: JSON is not a version that was written", round)
 		}
-		sum := strings.TrimSuffix(string(readFile(t, filepath.Join(dir, checksumName))), "\n")
+		sum := strings.TrimSuffix(string(readFile(t, filepath.Join(dir, ChecksumName))), "\n")
 		switch c := slices.Index(versions, sum); {
 		case c == j:
 		case c == j-1:

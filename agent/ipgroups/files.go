@@ -19,8 +19,8 @@ import (
 
 // File names inside runtime_config_dir (PROTOCOL 7.3).
 const (
-	snapshotName = "waf_ip_groups.json"
-	checksumName = snapshotName + ".checksum"
+	SnapshotName = "waf_ip_groups.json"
+	ChecksumName = SnapshotName + ".checksum"
 )
 
 // MaxSnapshotBytes is the largest snapshot the Lua runtime accepts
@@ -189,10 +189,10 @@ func checksumLine(data []byte) []byte {
 // atomically. The Lua side reads the JSON only after the checksum file
 // changes, so it never sees a checksum whose JSON is not complete on disk.
 func writeSnapshot(dir string, data []byte) error {
-	if err := atomicfile.WriteFile(filepath.Join(dir, snapshotName), data, fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, SnapshotName), data, fileMode); err != nil {
 		return fmt.Errorf("ip groups: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, checksumName), checksumLine(data), fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, ChecksumName), checksumLine(data), fileMode); err != nil {
 		return fmt.Errorf("ip groups: %w", err)
 	}
 	return nil
@@ -203,12 +203,12 @@ func writeSnapshot(dir string, data []byte) error {
 // checksum file the Lua side keeps its current groups quietly instead of
 // retrying a file that is gone.
 func moveAside(dir string) (string, error) {
-	path := filepath.Join(dir, snapshotName)
+	path := filepath.Join(dir, SnapshotName)
 	aside := path + ".corrupt-" + strconv.FormatInt(time.Now().Unix(), 10)
 	if err := os.Rename(path, aside); err != nil {
 		return "", fmt.Errorf("ip groups: move corrupt snapshot aside: %w", err)
 	}
-	if err := os.Remove(filepath.Join(dir, checksumName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(dir, ChecksumName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("ip groups: remove stale checksum file: %w", err)
 	}
 	return aside, atomicfile.SyncDir(dir)
@@ -217,7 +217,7 @@ func moveAside(dir string) (string, error) {
 // removeStaleTemps deletes temp files a write killed mid-way left behind;
 // a snapshot temp file can be 20 MiB.
 func removeStaleTemps(dir string) {
-	for _, name := range []string{snapshotName, checksumName} {
+	for _, name := range []string{SnapshotName, ChecksumName} {
 		stale, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*"))
 		for _, f := range stale {
 			os.Remove(f)

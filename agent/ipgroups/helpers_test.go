@@ -116,7 +116,7 @@ func sha(data []byte) string {
 // checksum file describes it, and that both are readable by the workers.
 func assertSnapshot(t *testing.T, dir string, groups ...protocol.WAFIPGroup) {
 	t.Helper()
-	data := readFile(t, filepath.Join(dir, snapshotName))
+	data := readFile(t, filepath.Join(dir, SnapshotName))
 	if want := expectedSnapshot(groups...); !bytes.Equal(data, want) {
 		t.Fatalf("snapshot:\n got %.300s\nwant %.300s", data, want)
 	}
@@ -127,11 +127,11 @@ func assertSnapshot(t *testing.T, dir string, groups ...protocol.WAFIPGroup) {
 // files are mode 0644.
 func assertConsistent(t *testing.T, dir string) {
 	t.Helper()
-	data := readFile(t, filepath.Join(dir, snapshotName))
-	if got, want := string(readFile(t, filepath.Join(dir, checksumName))), sha(data)+"\n"; got != want {
+	data := readFile(t, filepath.Join(dir, SnapshotName))
+	if got, want := string(readFile(t, filepath.Join(dir, ChecksumName))), sha(data)+"\n"; got != want {
 		t.Fatalf("checksum file %q, want %q", got, want)
 	}
-	for _, name := range []string{snapshotName, checksumName} {
+	for _, name := range []string{SnapshotName, ChecksumName} {
 		info, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ type fileState struct {
 func snapshotFiles(t *testing.T, dir string) []fileState {
 	t.Helper()
 	var out []fileState
-	for _, name := range []string{snapshotName, checksumName} {
+	for _, name := range []string{SnapshotName, ChecksumName} {
 		path := filepath.Join(dir, name)
 		info, err := os.Stat(path)
 		if err != nil {

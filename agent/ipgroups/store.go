@@ -142,18 +142,18 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 // the Lua side would keep the old groups while heartbeats report the new.
 func (s *Store) repairChecksum(data []byte) error {
 	want := checksumLine(data)
-	have, err := os.ReadFile(filepath.Join(s.dir, checksumName))
+	have, err := os.ReadFile(filepath.Join(s.dir, ChecksumName))
 	if err == nil && bytes.Equal(have, want) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, checksumName), want, fileMode); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, ChecksumName), want, fileMode); err != nil {
 		return fmt.Errorf("ip groups: repair checksum file: %w", err)
 	}
-	s.log.Info("ip group checksum file did not match the snapshot; rewritten", "path", filepath.Join(s.dir, checksumName))
+	s.log.Info("ip group checksum file did not match the snapshot; rewritten", "path", filepath.Join(s.dir, ChecksumName))
 	return nil
 }
 
-func (s *Store) path() string { return filepath.Join(s.dir, snapshotName) }
+func (s *Store) path() string { return filepath.Join(s.dir, SnapshotName) }
 
 // Checksums returns "<id>" → checksum of every group in the snapshot, for
 // the heartbeat's waf_ip_group_checksums. The map is a copy, never nil. It
@@ -393,7 +393,7 @@ func idKey(id uint64) string { return strconv.FormatUint(id, 10) }
 // ReadChecksums reads the snapshot in dir without changing anything (for
 // `openflare-agent status`): id → checksum, empty when there is none.
 func ReadChecksums(dir string) (map[string]string, error) {
-	data, err := readSnapshotFile(filepath.Join(dir, snapshotName))
+	data, err := readSnapshotFile(filepath.Join(dir, SnapshotName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]string{}, nil
 	}
@@ -402,7 +402,7 @@ func ReadChecksums(dir string) (map[string]string, error) {
 	}
 	sums, err := parseHeads(data)
 	if err != nil {
-		return nil, fmt.Errorf("ip groups: %s: %w", snapshotName, err)
+		return nil, fmt.Errorf("ip groups: %s: %w", SnapshotName, err)
 	}
 	return sums, nil
 }

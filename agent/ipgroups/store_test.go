@@ -76,7 +76,7 @@ func TestPushNullList(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSnapshot(t, dir, g)
-	if !bytes.Contains(readFile(t, filepath.Join(dir, snapshotName)), []byte(`"ip_list":[]`)) {
+	if !bytes.Contains(readFile(t, filepath.Join(dir, SnapshotName)), []byte(`"ip_list":[]`)) {
 		t.Fatal("null list not stored as []")
 	}
 }
@@ -87,7 +87,7 @@ func TestPushKeepsOtherGroupsByteIdentical(t *testing.T) {
 	g10 := group(10, true, bigList(1000, 1)...)
 	s, dir := seed(t, g3, g10)
 	raw := func() []byte {
-		m, err := readRaw(filepath.Join(dir, snapshotName))
+		m, err := readRaw(filepath.Join(dir, SnapshotName))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestReconcileNoReferencedGroups(t *testing.T) {
 	if err != nil || res.Unchanged {
 		t.Fatalf("result %+v, %v", res, err)
 	}
-	if got := string(readFile(t, filepath.Join(dir, snapshotName))); got != `{"groups":{}}` {
+	if got := string(readFile(t, filepath.Join(dir, SnapshotName))); got != `{"groups":{}}` {
 		t.Fatalf("snapshot %s", got)
 	}
 	assertConsistent(t, dir)
@@ -142,7 +142,7 @@ func TestReconcileRequest(t *testing.T) {
 	// Group 5 is stored without a checksum: it must not be sent.
 	g5 := group(5, true, "192.0.2.5")
 	g5.Checksum = ""
-	if err := os.WriteFile(filepath.Join(dir, snapshotName), expectedSnapshot(g3, g5), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, SnapshotName), expectedSnapshot(g3, g5), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Open(dir, nil)
@@ -216,11 +216,11 @@ func TestReconcileMissingGroup(t *testing.T) {
 func TestSnapshotVanished(t *testing.T) {
 	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4")
 	s, dir := seed(t, g3, g4)
-	os.Remove(filepath.Join(dir, snapshotName))
+	os.Remove(filepath.Join(dir, SnapshotName))
 	if _, err := s.Push([]protocol.WAFIPGroup{group(3, true, "10.0.0.3")}); err == nil {
 		t.Fatal("push without a snapshot succeeded")
 	}
-	if _, err := os.Stat(filepath.Join(dir, snapshotName)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, SnapshotName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("push wrote a snapshot: %v", err)
 	}
 	g4b := group(4, true, "192.0.2.44")
@@ -361,7 +361,7 @@ func TestOpenMovesCorruptSnapshotAside(t *testing.T) {
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, snapshotName)
+			path := filepath.Join(dir, SnapshotName)
 			os.WriteFile(path, []byte(content), 0o644)
 			if name == "too large" {
 				if err := os.Truncate(path, MaxSnapshotBytes+1); err != nil {
@@ -369,7 +369,7 @@ func TestOpenMovesCorruptSnapshotAside(t *testing.T) {
 				}
 				content = string(readFile(t, path))
 			}
-			os.WriteFile(filepath.Join(dir, checksumName), []byte(sha([]byte(content))+"\n"), 0o644)
+			os.WriteFile(filepath.Join(dir, ChecksumName), []byte(sha([]byte(content))+"\n"), 0o644)
 			s, err := Open(dir, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -377,11 +377,11 @@ func TestOpenMovesCorruptSnapshotAside(t *testing.T) {
 			if len(s.Checksums()) != 0 {
 				t.Fatalf("Checksums() = %v", s.Checksums())
 			}
-			aside, _ := filepath.Glob(filepath.Join(dir, snapshotName+".corrupt-*"))
+			aside, _ := filepath.Glob(filepath.Join(dir, SnapshotName+".corrupt-*"))
 			if len(aside) != 1 || len(readFile(t, aside[0])) != len(content) {
 				t.Fatalf("moved aside: %v", aside)
 			}
-			for _, name := range []string{snapshotName, checksumName} {
+			for _, name := range []string{SnapshotName, ChecksumName} {
 				if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("%s still there: %v", name, err)
 				}
@@ -402,7 +402,7 @@ func TestOpenRepairsChecksumFile(t *testing.T) {
 	g3 := group(3, true, "198.51.100.7")
 	_, dir := seed(t, g3)
 	for _, stale := range []string{"0000\n", ""} {
-		path := filepath.Join(dir, checksumName)
+		path := filepath.Join(dir, ChecksumName)
 		if stale == "" {
 			os.Remove(path)
 		} else {
@@ -417,7 +417,7 @@ func TestOpenRepairsChecksumFile(t *testing.T) {
 
 func TestOpenRemovesStaleTemps(t *testing.T) {
 	_, dir := seed(t, group(3, true, "198.51.100.7"))
-	for _, name := range []string{"." + snapshotName + ".tmp-123", "." + checksumName + ".tmp-456"} {
+	for _, name := range []string{"." + SnapshotName + ".tmp-123", "." + ChecksumName + ".tmp-456"} {
 		os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o600)
 	}
 	if _, err := Open(dir, nil); err != nil {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/openflare/openflare-agent/agent/luaassets"
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/render"
 )
 
 //go:embed mime.types
@@ -43,13 +42,6 @@ type Set struct {
 	same map[string]bool
 }
 
-// Runtime JSONs live in runtime_config_dir, not cert_dir (PROTOCOL 6.1).
-const (
-	wafConfigName       = "waf_config.json"
-	openrestyConfigName = "openresty_config.json"
-	powConfigName       = "pow_config.json"
-)
-
 // Plan builds the set for a rendered main config, route config and support
 // files (the renderer's Files), with text already adapted to the binary.
 func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
@@ -63,32 +55,20 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 	s.IfMissing = append(s.IfMissing, File{filepath.Join(filepath.Dir(p.Main), "mime.types"), mimeTypes, 0o644})
 	hasWAF := false
 	for _, f := range support {
-		switch f.Path {
-		case wafConfigName:
-			hasWAF = true
-			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o644})
-			continue
-		case openrestyConfigName:
-			// The raw source keeps basic-auth passwords in clear text.
-			s.Files = append(s.Files, File{filepath.Join(p.RuntimeConfigDir, f.Path), []byte(f.Content), 0o600})
-			continue
-		case powConfigName:
-			continue
-		}
-		rel, err := cleanRel(f.Path)
+		pl, err := Place(f.Path)
 		if err != nil {
-			return nil, fmt.Errorf("support file %q: %w", f.Path, err)
+			return nil, err
 		}
-		mode := fs.FileMode(0o644)
-		if strings.HasSuffix(rel, ".key") {
-			mode = 0o600
+		if pl.Skip {
+			continue
 		}
-		s.Files = append(s.Files, File{filepath.Join(p.CertDir, rel), []byte(f.Content), mode})
+		hasWAF = hasWAF || f.Path == render.WAFConfigFile
+		s.Files = append(s.Files, File{pl.Path(p), []byte(f.Content), pl.Mode})
 	}
 	if !hasWAF {
-		s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, wafConfigName))
+		s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, render.WAFConfigFile))
 	}
-	s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, powConfigName))
+	s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, legacyPowConfig))
 	vars := luaassets.Vars{RuntimeConfigDir: p.RuntimeConfigDir, LuaDir: p.OpenRestyLuaDir, CertDir: p.OpenRestyCertDir, TempDir: p.TempDir, CountryMMDBPath: p.CountryMMDB, CityMMDBPath: p.CityMMDB}
 	for _, f := range luaassets.Files(vars) {
 		s.Files = append(s.Files, File{filepath.Join(p.LuaDir, f.Path), f.Content, 0o644})
@@ -100,20 +80,6 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 		return nil, err
 	}
 	return s, nil
-}
-
-// cleanRel accepts only a relative slash path that stays inside its
-// directory: a support file named "../x" or "/etc/x" from a compromised or
-// buggy server must not write outside cert_dir.
-func cleanRel(p string) (string, error) {
-	if p == "" || strings.ContainsAny(p, "\\\x00") || path.IsAbs(p) {
-		return "", fmt.Errorf("not a relative path")
-	}
-	c := path.Clean(p)
-	if c != p || c == "." || c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("path escapes its directory or is not clean")
-	}
-	return filepath.FromSlash(c), nil
 }
 
 func (s *Set) checkUnique() error {
@@ -244,14 +210,14 @@ func Stage(dir string, p Paths, mainText, routeText string, support []protocol.S
 		{filepath.Join(dir, "mime.types"), mime, 0o644},
 	}
 	for _, f := range support {
-		if f.Path == wafConfigName || f.Path == openrestyConfigName || f.Path == powConfigName {
-			continue
-		}
-		rel, err := cleanRel(f.Path)
+		pl, err := Place(f.Path)
 		if err != nil {
-			return "", fmt.Errorf("support file %q: %w", f.Path, err)
+			return "", err
 		}
-		files = append(files, File{filepath.Join(sp.CertDir, rel), []byte(f.Content), 0o600})
+		if pl.Skip || pl.Runtime {
+			continue // nginx -t reads none of them
+		}
+		files = append(files, File{pl.Path(sp), []byte(f.Content), 0o600})
 	}
 	for _, f := range files {
 		if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/openflare/openflare-agent/agent/ipgroups"
 	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
 )
 
@@ -53,9 +55,9 @@ func (t Tree) readTrees() []string {
 func (t Tree) readFiles() []string {
 	p := t.Paths
 	files := []string{
-		filepath.Join(p.RuntimeConfigDir, wafConfigName),
-		filepath.Join(p.RuntimeConfigDir, "waf_ip_groups.json"),
-		filepath.Join(p.RuntimeConfigDir, "waf_ip_groups.json.checksum"),
+		filepath.Join(p.RuntimeConfigDir, render.WAFConfigFile),
+		filepath.Join(p.RuntimeConfigDir, ipgroups.SnapshotName),
+		filepath.Join(p.RuntimeConfigDir, ipgroups.ChecksumName),
 	}
 	for _, db := range []string{p.CountryMMDB, p.CityMMDB} {
 		if db != "" {

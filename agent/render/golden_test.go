@@ -117,11 +117,11 @@ func TestGoldenFixtures(t *testing.T) {
 			if got := out.Checksum(); got != wantSum {
 				t.Errorf("Checksum() = %s, want %s", got, wantSum)
 			}
-			if src := fileContent(out.Files, sourceConfigPath); src != c.e4.SourceConfigJSON {
+			if src := fileContent(out.Files, SourceConfigFile); src != c.e4.SourceConfigJSON {
 				t.Errorf("openresty_config.json is not the raw source JSON")
 			}
 			// The output names the IP groups its own waf_config.json references.
-			if ids, err := ipGroupIDsOf([]byte(fileContent(out.Files, wafConfigPath))); err != nil || !slices.Equal(ids, out.IPGroups) {
+			if ids, err := ipGroupIDsOf([]byte(fileContent(out.Files, WAFConfigFile))); err != nil || !slices.Equal(ids, out.IPGroups) {
 				t.Errorf("IPGroups %v, waf_config.json references %v (%v)", out.IPGroups, ids, err)
 			}
 			if _, err := PagesProjectIDs(c.e4.SourceConfigJSON); err != nil {
@@ -135,7 +135,7 @@ func TestGoldenFixtures(t *testing.T) {
 func checksummedFiles(files []protocol.SupportFile) []protocol.SupportFile {
 	var out []protocol.SupportFile
 	for _, f := range files {
-		if f.Path != sourceConfigPath {
+		if f.Path != SourceConfigFile {
 			out = append(out, f)
 		}
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
-// Paths of the support files the renderer adds (PROTOCOL 5.3).
+// Paths of the support files the renderer adds (PROTOCOL 5.3). Where each
+// lands on a node is agent/landing's business (landing.Place).
 const (
-	wafConfigPath       = "waf_config.json"
+	WAFConfigFile       = "waf_config.json"
 	originErrorPagePath = "error_pages/origin_error.html.tmpl"
 	swJSPath            = "sw/sw.js"
 	swOfflinePath       = "sw/offline.html"
-	sourceConfigPath    = "openresty_config.json"
+	SourceConfigFile    = "openresty_config.json"
 )
 
 // Output is one rendered version, placeholders (__OPENFLARE_*__) intact.
@@ -78,7 +79,7 @@ func Config(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 	}
 	files := make([]protocol.SupportFile, 0, len(support)+5)
 	files = append(files, support...)
-	files = append(files, protocol.SupportFile{Path: wafConfigPath, Content: string(wafJSON)})
+	files = append(files, protocol.SupportFile{Path: WAFConfigFile, Content: string(wafJSON)})
 	if s.Config.OriginErrorPageEnabled {
 		files = append(files, protocol.SupportFile{Path: originErrorPagePath, Content: originErrorHTML(&s.Config)})
 	}
@@ -88,7 +89,7 @@ func Config(sourceConfigJSON string, support []protocol.SupportFile) (*Output, e
 			protocol.SupportFile{Path: swJSPath, Content: swJS(offline)},
 			protocol.SupportFile{Path: swOfflinePath, Content: offline})
 	}
-	files = append(files, protocol.SupportFile{Path: sourceConfigPath, Content: sourceConfigJSON})
+	files = append(files, protocol.SupportFile{Path: SourceConfigFile, Content: sourceConfigJSON})
 	return &Output{
 		Main:     renderMain(&s.Config, requestRates(s.Routes, &s.Config)),
 		Route:    rd.b.String(),
@@ -114,7 +115,7 @@ func Checksum(main, route string, files []protocol.SupportFile) string {
 		h.Write([]byte(s))
 	}
 	for _, f := range dedupeSorted(files) {
-		if f.Path == sourceConfigPath {
+		if f.Path == SourceConfigFile {
 			continue
 		}
 		h.Write([]byte(f.Path))

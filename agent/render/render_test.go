@@ -23,7 +23,7 @@ func TestVectorB(t *testing.T) {
 	if got, want := out.RouteChecksum(), "3a5b774c9813e5d7985a97e0323748d4cc089c0904f4f3a16014988c374977a1"; got != want {
 		t.Errorf("sha256(ROUTE) = %s, want %s\nROUTE:\n%s", got, want, out.Route)
 	}
-	if got, want := fileContent(out.Files, wafConfigPath), `{"rule_groups":[],"bindings":[{"route_id":7,"site_name":"demo","rule_group_ids":[]}]}`; got != want {
+	if got, want := fileContent(out.Files, WAFConfigFile), `{"rule_groups":[],"bindings":[{"route_id":7,"site_name":"demo","rule_group_ids":[]}]}`; got != want {
 		t.Errorf("waf_config.json = %s, want %s", got, want)
 	}
 	if got, want := out.Checksum(), "a852b4f14bda0fa0bbab4b0a809f02f5347f80d4e138a2ede4d0eb8c32e8ca47"; got != want {
@@ -169,7 +169,7 @@ func TestHTTPSWildcard(t *testing.T) {
 func TestSupportFilesLastWins(t *testing.T) {
 	out, err := Config(vectorBSource, []protocol.SupportFile{
 		{Path: "x.txt", Content: "first"},
-		{Path: wafConfigPath, Content: "stale"},
+		{Path: WAFConfigFile, Content: "stale"},
 		{Path: "x.txt", Content: "second"},
 	})
 	if err != nil {
@@ -178,7 +178,7 @@ func TestSupportFilesLastWins(t *testing.T) {
 	if got := fileContent(out.Files, "x.txt"); got != "second" {
 		t.Errorf("x.txt = %q, want second", got)
 	}
-	if got := fileContent(out.Files, wafConfigPath); got == "stale" {
+	if got := fileContent(out.Files, WAFConfigFile); got == "stale" {
 		t.Errorf("waf_config.json kept the shipped copy")
 	}
 	if got := strings.Join(filePaths(out.Files), ","); got != "openresty_config.json,waf_config.json,x.txt" {
@@ -195,7 +195,7 @@ func TestWAFLegacyGroup(t *testing.T) {
 		t.Fatalf("Render: %v", err)
 	}
 	want := `{"rule_groups":[{"id":3,"name":"old","enabled":true,"is_global":false,"block_status_code":403,"ip_whitelist_group_ids":[5],"ip_blacklist_group_ids":[2,5],"country_blacklist":["KP"],"graph":{"entry":"","nodes":null}}],"bindings":[]}`
-	if got := fileContent(out.Files, wafConfigPath); got != want {
+	if got := fileContent(out.Files, WAFConfigFile); got != want {
 		t.Errorf("waf_config.json =\n%s\nwant\n%s", got, want)
 	}
 }

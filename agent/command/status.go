@@ -1,7 +1,9 @@
-package agent
+package command
 
 import (
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +17,26 @@ import (
 	"github.com/openflare/openflare-agent/agent/state"
 )
 
-// Status describes the node from local files only, so it works with the
-// server down and while another agent process runs. It changes nothing.
-func Status(cfg *config.Config, now time.Time) string {
+// describe tells the node's state from local files only, so it works with
+// the server down and while another agent process runs. It changes nothing.
+// Status prints the node's state from local files only.
+func Status(configPath string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&configPath, "config", configPath, "path of agent.json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, _, err := config.Load(configPath, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	fmt.Fprint(stdout, describe(cfg, time.Now()))
+	return 0
+}
+
+func describe(cfg *config.Config, now time.Time) string {
 	var b strings.Builder
 	row := func(k, format string, args ...any) {
 		fmt.Fprintf(&b, "%-18s %s\n", k+":", fmt.Sprintf(format, args...))
