@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -165,8 +164,7 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	}
 	ac, err := e.CP.ActiveConfig(ctx)
 	if err != nil {
-		var apiErr *controlplane.Error
-		if target == nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest {
+		if target == nil && controlplane.NoActiveVersion(err) {
 			// No active version on the server: keep serving what we have.
 			return nil
 		}

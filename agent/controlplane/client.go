@@ -91,6 +91,13 @@ type Error struct {
 	Message  string
 }
 
+// NoActiveVersion reports whether err is E4's answer when the server has
+// no active version yet (HTTP 400): nothing to apply, not a failure.
+func NoActiveVersion(err error) bool {
+	var apiErr *Error
+	return errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest
+}
+
 func (e *Error) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("%s: HTTP %d %s", e.Endpoint, e.Status, http.StatusText(e.Status))

@@ -43,7 +43,7 @@ type entry struct {
 const manifestName = "manifest.json"
 
 // Begin backs up every path in touched into dir. A complete backup left in
-// dir must have been restored first (see Pending); an incomplete one is
+// dir must have been restored first (see Leftover); an incomplete one is
 // replaced.
 func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (*Txn, error) {
 	if err := os.RemoveAll(dir); err != nil {

@@ -100,9 +100,9 @@ func (b *offlineBuffer) expire(now int64) {
 	}
 }
 
-// pending returns the windows to replay in the next beat, oldest first.
+// replay returns the windows to replay in the next beat, oldest first.
 // The readings are shared, not copied: nothing modifies them in place.
-func (b *offlineBuffer) pending(now int64) []protocol.BufferedWindow {
+func (b *offlineBuffer) replay(now int64) []protocol.BufferedWindow {
 	b.expire(now)
 	return slices.Clone(b.windows[:min(len(b.windows), maxReplayWindows)])
 }

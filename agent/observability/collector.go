@@ -178,7 +178,7 @@ func (c *Collector) Collect(ctx context.Context) *Report {
 			Connections:    pr.connections,
 		},
 		AccessLogs: b.lines,
-		Buffered:   c.buf.pending(now.Unix()),
+		Buffered:   c.buf.replay(now.Unix()),
 		Events:     append(b.events, c.buf.events...),
 		Status:     pr.status,
 		Message:    pr.msg,

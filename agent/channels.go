@@ -34,7 +34,7 @@ func (a *Agent) channels(ctx context.Context) {
 	httpRetry := &backoff.Backoff{}
 	wsRetry := &backoff.Backoff{Min: wsRetryMin, Max: wsRetryMax}
 	var wsNext time.Time
-	startupPending := true
+	firstBeat := true
 	for ctx.Err() == nil {
 		b := a.newBeat(ctx)
 		reply, err := a.cp.Heartbeat(ctx, b.payload)
@@ -57,13 +57,13 @@ func (a *Agent) channels(ctx context.Context) {
 		a.onSettings(reply.AgentSettings)
 		a.pushIPGroups(reply.WAFIPGroups)
 		mode := apply.Normal
-		if startupPending {
+		if firstBeat {
 			// The first successful beat re-applies even an up-to-date
 			// version: that refreshes the agent's own files after an
 			// upgrade and starts nginx if it is down (upstream only tries
 			// after the first attempt, so a node booted while the server
 			// was down stays dark).
-			mode, startupPending = apply.Startup, false
+			mode, firstBeat = apply.Startup, false
 		}
 		a.requestApply(reply.ActiveConfig, mode)
 
@@ -128,27 +128,27 @@ func (a *Agent) runWebSocket(ctx context.Context) (time.Time, error) {
 // wsHandler serves one WebSocket connection.
 type wsHandler struct {
 	a       *Agent
-	pending *beat // the last status handed out and not yet acknowledged
+	unacked *beat // the last status handed out and not yet acknowledged
 }
 
 func (h *wsHandler) Status(ctx context.Context) (*protocol.NodePayload, func()) {
-	if h.pending != nil {
+	if h.unacked != nil {
 		// Its write never completed: what it carried goes out again.
-		h.a.beatFailed(h.pending)
+		h.a.beatFailed(h.unacked)
 	}
 	b := h.a.newBeat(ctx)
-	h.pending = b
+	h.unacked = b
 	return b.payload, func() {
-		h.pending = nil
+		h.unacked = nil
 		h.a.beatDone(b, "websocket")
 	}
 }
 
 // finish settles a status whose write never completed.
 func (h *wsHandler) finish() {
-	if h.pending != nil {
-		h.a.beatFailed(h.pending)
-		h.pending = nil
+	if h.unacked != nil {
+		h.a.beatFailed(h.unacked)
+		h.unacked = nil
 	}
 }
 
