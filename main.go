@@ -8,7 +8,6 @@ import (
 	_ "embed"
 	"flag"
 	"fmt"
-	"github.com/openflare/openflare-agent/agent/command"
 	"io"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/openflare/openflare-agent/agent"
+	"github.com/openflare/openflare-agent/agent/command"
 	"github.com/openflare/openflare-agent/agent/config"
 )
 

@@ -21,6 +21,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/observability"
 	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
@@ -105,6 +106,8 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		ObservabilityPort: cfg.ObservabilityPort,
 		ReplayMinutes:     cfg.ObservabilityReplayMinutes,
 		Log:               o.Log,
+		// Test builds may skew it to place a minute boundary (testhook).
+		Now: testhook.Now,
 	})
 	if err != nil {
 		return nil, err

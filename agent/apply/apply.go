@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/openflare/openflare-agent/agent/crashpoint"
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/agent/testhook"
 )
 
 // Outcome is the result of one apply, as reported in the apply log.
@@ -90,17 +90,17 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	if err != nil {
 		return fail(err)
 	}
-	crashpoint.Hit("after-backup")
+	testhook.Crash("after-backup")
 	e.Log.Debug("apply: backed up", "files", len(touched), "took", e.now().Sub(began))
-	err = set.Write(func() { crashpoint.Hit("mid-write") })
-	crashpoint.Hit("after-swap")
+	err = set.Write(func() { testhook.Crash("mid-write") })
+	testhook.Crash("after-swap")
 	e.Log.Debug("apply: swapped in", "took", e.now().Sub(began))
 	if err == nil {
 		err = e.Nginx.Test(ctx, e.Paths.Main)
 		e.Log.Debug("apply: live config validated", "took", e.now().Sub(began))
 	}
 	if err == nil {
-		crashpoint.Hit("before-reload")
+		testhook.Crash("before-reload")
 		err = e.activate(ctx)
 		e.Log.Debug("apply: reload confirmed and probed", "took", e.now().Sub(began))
 	}
@@ -117,7 +117,7 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	}); err != nil {
 		return e.recoverFrom(ctx, txn, target, fmt.Errorf("apply version %s: record state: %w", target.Version, err))
 	}
-	crashpoint.Hit("after-state")
+	testhook.Crash("after-state")
 	if err := txn.Commit(); err != nil {
 		e.Log.Warn("discard apply backup", "err", err)
 	}

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"sort"
+
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // PersistToken stores a node token in agent.json and clears discovery_token,

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io"
 	"io/fs"
 	"maps"
@@ -15,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // File names inside runtime_config_dir (PROTOCOL 7.3).

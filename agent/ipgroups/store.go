@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // Store is the snapshot in runtime_config_dir: waf_ip_groups.json and

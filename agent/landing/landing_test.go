@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/sharedfix"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 func testPaths(root string) Paths {
@@ -32,7 +32,7 @@ func testPaths(root string) Paths {
 // Every placeholder of a real rendered version is replaced, and the WAF
 // runtime initialisation is injected (PROTOCOL 6.2 [MUST]).
 func TestSubstituteRenderedFixture(t *testing.T) {
-	dir := sharedfix.Dir(t, "fixtures/render/21-waf-pow-and-block")
+	dir := testsupport.SharedDir(t, "fixtures/render/21-waf-pow-and-block")
 	mainText, _ := os.ReadFile(filepath.Join(dir, "main.conf"))
 	routeText, _ := os.ReadFile(filepath.Join(dir, "routes.conf"))
 	p := testPaths("/x")

@@ -3,7 +3,6 @@ package landing
 import (
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // ErrWorkerAccess is returned when the nginx workers could not reach a

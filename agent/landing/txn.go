@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // Txn is one apply's on-disk backup. Its manifest is written last, after

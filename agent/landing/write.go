@@ -3,11 +3,12 @@ package landing
 import (
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // nginx workers (often another user) read the Lua, error pages and service

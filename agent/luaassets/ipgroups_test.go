@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // snapshotPickup is how long every worker may take to adopt a new snapshot
@@ -64,7 +66,7 @@ func TestIPGroupSnapshots(t *testing.T) {
 	// adopted waits until every worker has logged the adoption of checksum.
 	adopted := func(checksum string) {
 		t.Helper()
-		waitFor(t, snapshotPickup, "every worker to adopt snapshot "+checksum, func() bool {
+		testsupport.WaitFor(t, snapshotPickup, "every worker to adopt snapshot "+checksum, func() bool {
 			return r.countLines("adopted IP group snapshot "+checksum) >= len(workers)
 		})
 	}
@@ -88,7 +90,7 @@ func TestIPGroupSnapshots(t *testing.T) {
 			"3": ipGroup(3, true, bigGroupList()),
 			"4": ipGroup(4, true, []string{otherIP}), // not referenced by the graph
 		})
-		waitFor(t, snapshotPickup, "the first block of "+blockedIP, func() bool {
+		testsupport.WaitFor(t, snapshotPickup, "the first block of "+blockedIP, func() bool {
 			return r.get(blockedIP, "demo.test", "/").status == http.StatusForbidden
 		})
 		t.Logf("100 000-entry snapshot: checksum file written → first 403 for %s after %v", blockedIP, time.Since(written).Round(time.Millisecond))
@@ -104,7 +106,7 @@ func TestIPGroupSnapshots(t *testing.T) {
 		big := []byte(`{"groups":{}}` + strings.Repeat(" ", 20971521-len(`{"groups":{}}`)))
 		r.writeAtomic("waf_ip_groups.json", big)
 		r.writeAtomic("waf_ip_groups.json.checksum", []byte("oversized\n"))
-		waitFor(t, snapshotPickup, "the oversize warning", func() bool {
+		testsupport.WaitFor(t, snapshotPickup, "the oversize warning", func() bool {
 			return r.countLines("exceeds the maximum of 20971520 bytes") > 0
 		})
 		if r.countLines("adopted IP group snapshot oversized") != 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/openflare/openflare-agent/testing/nginxtest"
 	"github.com/openflare/openflare-agent/testing/nstest"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 func TestMain(m *testing.M) { nstest.Main(m) }
@@ -127,7 +128,7 @@ func (r *rig) start(servers string) {
 		r.t.Fatalf("no worker_processes in %s", r.nginx.Conf)
 	}
 	workers, _ := strconv.Atoi(string(m[1]))
-	waitFor(r.t, 5*time.Second, "all nginx workers", func() bool { return len(r.nginx.WorkerPIDs()) == workers })
+	testsupport.WaitFor(r.t, 5*time.Second, "all nginx workers", func() bool { return len(r.nginx.WorkerPIDs()) == workers })
 }
 
 // wafServer renders a plain proxy server block guarded by waf/check.lua, as
@@ -274,18 +275,6 @@ func (r *rig) expect(got reply, status int, body, contentType string) {
 func (r *rig) expectFailClosed(got reply) {
 	r.t.Helper()
 	r.expect(got, http.StatusInternalServerError, failBody, "text/plain; charset=utf-8")
-}
-
-// waitFor polls cond every 50 ms until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // obj is a JSON object literal.

@@ -3,12 +3,12 @@ package observability
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"log/slog"
 	"slices"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 const (

@@ -14,7 +14,7 @@ import (
 // the same checksum twice.
 func FuzzRender(f *testing.F) {
 	seeded := false
-	// The fixtures are read in place; sharedfix.Dir would skip the whole
+	// The fixtures are read in place; testsupport.SharedDir would skip the whole
 	// fuzz target when they are absent, so look for them directly and fall
 	// back to vector B. The package directory is agent/render, two levels
 	// below the repository root, and ../shared sits next to the root.

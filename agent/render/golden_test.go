@@ -2,7 +2,6 @@ package render
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/sharedfix"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // fixtureCase is one captured publish (fixtures/render/NN-name).
@@ -24,7 +23,7 @@ type fixtureCase struct {
 // loadFixtures reads every case directory in place.
 func loadFixtures(t testing.TB) []fixtureCase {
 	t.Helper()
-	root := sharedfix.Dir(t, "fixtures/render")
+	root := testsupport.SharedDir(t, "fixtures/render")
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatalf("read fixtures: %v", err)
@@ -84,10 +83,10 @@ func TestGoldenFixtures(t *testing.T) {
 			}
 			wantMain, _ := readFixtureFile(t, c.dir, "main.conf")
 			wantRoute, _ := readFixtureFile(t, c.dir, "routes.conf")
-			if d := diffExcerpt(wantMain, out.Main); d != "" {
+			if d := testsupport.DiffExcerpt(wantMain, out.Main); d != "" {
 				t.Errorf("main.conf mismatch:\n%s", d)
 			}
-			if d := diffExcerpt(wantRoute, out.Route); d != "" {
+			if d := testsupport.DiffExcerpt(wantRoute, out.Route); d != "" {
 				t.Errorf("routes.conf mismatch:\n%s", d)
 			}
 			var wantFiles []protocol.SupportFile
@@ -104,7 +103,7 @@ func TestGoldenFixtures(t *testing.T) {
 						t.Errorf("file %d path = %q, want %q", i, gotFiles[i].Path, wantFiles[i].Path)
 						continue
 					}
-					if d := diffExcerpt(wantFiles[i].Content, gotFiles[i].Content); d != "" {
+					if d := testsupport.DiffExcerpt(wantFiles[i].Content, gotFiles[i].Content); d != "" {
 						t.Errorf("file %s mismatch:\n%s", wantFiles[i].Path, d)
 					}
 				}
@@ -157,31 +156,4 @@ func fileContent(files []protocol.SupportFile, path string) string {
 		}
 	}
 	return ""
-}
-
-// diffExcerpt shows the first differing line with three lines of context
-// either side, unified-style, or "" when want == got.
-func diffExcerpt(want, got string) string {
-	if want == got {
-		return ""
-	}
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	i := 0
-	for i < len(w) && i < len(g) && w[i] == g[i] {
-		i++
-	}
-	const ctx = 3
-	start := max(i-ctx, 0)
-	var b strings.Builder
-	fmt.Fprintf(&b, "@@ first difference at line %d (want %d lines, got %d) @@\n", i+1, len(w), len(g))
-	for k := start; k < i; k++ {
-		fmt.Fprintf(&b, "  %q\n", w[k])
-	}
-	for k := i; k < min(i+ctx, len(w)); k++ {
-		fmt.Fprintf(&b, "- %q\n", w[k])
-	}
-	for k := i; k < min(i+ctx, len(g)); k++ {
-		fmt.Fprintf(&b, "+ %q\n", g[k])
-	}
-	return b.String()
 }

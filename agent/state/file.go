@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"reflect"
 	"strconv"
 	"time"
+
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 // Modes for state files and the directories holding them: the agent's

@@ -3,7 +3,6 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/openflare/openflare-agent/agent/protocol"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
 // writerEnv makes the test binary act as a process that rewrites state files

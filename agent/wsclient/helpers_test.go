@@ -1,7 +1,6 @@
 package wsclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 const (
@@ -204,30 +204,12 @@ func await[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
-// syncBuffer collects log output from the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // options returns test options for srv (long interval: tests that need
 // periodic statuses shorten it). After the test the log must not contain the
 // token.
 func options(t *testing.T, serverURL string) Options {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testsupport.Buffer{}
 	t.Cleanup(func() {
 		if strings.Contains(logs.String(), testToken) {
 			t.Errorf("token appears in the log:\n%s", logs.String())

@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/sharedfix"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // fixtureSource returns the source_config_json of a render fixture.
 func fixtureSource(t *testing.T, name string) string {
 	t.Helper()
 	var ac protocol.ActiveConfig
-	readJSON(t, filepath.Join(sharedfix.Dir(t, "fixtures/render/"+name), "e4.json"), &ac)
+	readJSON(t, filepath.Join(testsupport.SharedDir(t, "fixtures/render/"+name), "e4.json"), &ac)
 	return ac.SourceConfigJSON
 }
 
@@ -37,7 +37,7 @@ func wantSameJSON(t *testing.T, got, want string) {
 }
 
 func TestStockMainTemplateIsTheFixture(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(sharedfix.Dir(t, "fixtures"), "stock_main_template.conf"))
+	b, err := os.ReadFile(filepath.Join(testsupport.SharedDir(t, "fixtures"), "stock_main_template.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}

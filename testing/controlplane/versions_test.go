@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/sharedfix"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 func TestVersionsIncrementPerDay(t *testing.T) {
@@ -78,7 +78,7 @@ func TestActiveStripsRuntimeFiles(t *testing.T) {
 // A source the renderer always rejects gets the placeholder checksum and
 // support_files null, exactly as in the server's fixture.
 func TestPublishRenderFailureStoresPlaceholder(t *testing.T) {
-	dir := sharedfix.Dir(t, "fixtures/render/25-fail-no-domains")
+	dir := testsupport.SharedDir(t, "fixtures/render/25-fail-no-domains")
 	var fixture protocol.ActiveConfig
 	readJSON(t, filepath.Join(dir, "e4.json"), &fixture)
 	s := startServer(t)
@@ -117,7 +117,7 @@ func TestPublishVectorB(t *testing.T) {
 // Depends on agent/render: publishing fixture 01's source gives its checksum
 // and E4 ships the renderer-added error page, like the real server.
 func TestPublishFixture01(t *testing.T) {
-	dir := sharedfix.Dir(t, "fixtures/render/01-stock-defaults")
+	dir := testsupport.SharedDir(t, "fixtures/render/01-stock-defaults")
 	var fixture protocol.ActiveConfig
 	readJSON(t, filepath.Join(dir, "e4.json"), &fixture)
 	s := startServer(t)

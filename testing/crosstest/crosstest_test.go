@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // target is one release binary, openflare-agent-linux-<name>.
@@ -75,7 +77,7 @@ func targetByName(t *testing.T, name string) target {
 // The table above and cross/targets, which the build reads, list the same
 // binaries with the same GOARCH and GOARM/GOMIPS.
 func TestTargetsMatchBuildList(t *testing.T) {
-	f, err := os.Open(filepath.Join(moduleRoot(t), "cross", "targets"))
+	f, err := os.Open(filepath.Join(testsupport.ModuleRoot(t), "cross", "targets"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,24 +100,5 @@ func TestTargetsMatchBuildList(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("cross/targets lists\n%s\nthe test table\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// moduleRoot is the directory holding go.mod.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // forbidden are standard-library (and in-module) packages the agent binary
@@ -70,7 +72,7 @@ var guardArchs = []string{"amd64", "arm64", "arm", "mips", "mipsle", "riscv64"}
 // the standard library, this module and the allowlist, and links nothing
 // forbidden.
 func TestDependencyGuard(t *testing.T) {
-	root := moduleRoot(t)
+	root := testsupport.ModuleRoot(t)
 	for _, arch := range guardArchs {
 		pkgs, err := listDeps(root, ".", arch)
 		if err != nil {
@@ -86,7 +88,7 @@ func TestDependencyGuard(t *testing.T) {
 // package outside the allowlist, naming both and the import chain.
 func TestDependencyGuardCatchesBadPackage(t *testing.T) {
 	bad := modulePath + "/testing/crosstest/testdata/badmod"
-	pkgs, err := listDeps(moduleRoot(t), "./testing/crosstest/testdata/badmod", "arm")
+	pkgs, err := listDeps(testsupport.ModuleRoot(t), "./testing/crosstest/testdata/badmod", "arm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestArm64SizeBudget(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "openflare-agent-linux-arm64")
 	start := time.Now()
 	cmd := exec.Command("go", "build", "-tags", releaseTags, "-trimpath", "-ldflags=-s -w -X main.version=size-test -X main.commit=size-test", "-o", out, ".")
-	cmd.Dir = moduleRoot(t)
+	cmd.Dir = testsupport.ModuleRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, b)

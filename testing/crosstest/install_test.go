@@ -16,6 +16,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/landing"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // The tools install.sh may use. PATH holds only these, so neither systemctl
@@ -75,7 +76,7 @@ type installer struct {
 
 func newInstaller(t *testing.T, ul userland) *installer {
 	t.Helper()
-	in := &installer{t: t, tools: ul.tools(t), script: filepath.Join(moduleRoot(t), "cross", "install.sh")}
+	in := &installer{t: t, tools: ul.tools(t), script: filepath.Join(testsupport.ModuleRoot(t), "cross", "install.sh")}
 	dir := t.TempDir()
 	in.binary = filepath.Join(dir, "openflare-agent-linux-arm64")
 	content := []byte("#!/bin/sh\necho fake openflare-agent\n")
@@ -254,7 +255,7 @@ func TestInstallFreshAndIdempotent(t *testing.T) {
 		}
 		sameFile(t, filepath.Join(root, "usr/local/bin/openflare-agent"), in.binary)
 		sameFile(t, filepath.Join(root, "etc/systemd/system/openflare-agent.service"),
-			filepath.Join(moduleRoot(t), "cross", "systemd", "openflare-agent.service"))
+			filepath.Join(testsupport.ModuleRoot(t), "cross", "systemd", "openflare-agent.service"))
 
 		m, cfg := readConf(t, filepath.Join(root, "etc/openflare/agent.json"))
 		wantConf := map[string]any{
@@ -392,7 +393,7 @@ func TestInstallOpenWrt(t *testing.T) {
 		if modeOf(t, initScript) != 0o755 {
 			t.Error("init script not installed 0755")
 		}
-		sameFile(t, initScript, filepath.Join(moduleRoot(t), "cross", "openwrt", "openflare-agent.init"))
+		sameFile(t, initScript, filepath.Join(testsupport.ModuleRoot(t), "cross", "openwrt", "openflare-agent.init"))
 		m, cfg := readConf(t, filepath.Join(root, "etc/openflare/agent.json"))
 		if cfg.AgentToken != agentToken || cfg.DataDir != "/srv/openflare" || m["discovery_token"] != "" {
 			t.Errorf("agent.json %v", m)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // The layers of docs/ARCHITECTURE.md, as rules on direct imports: who may
@@ -55,7 +57,7 @@ func checkLayers(pkgs []*pkg, root string) []string {
 func listImports(t *testing.T, patterns ...string) []*pkg {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"list", "-tags", releaseTags, "-json=ImportPath,Imports"}, patterns...)...)
-	cmd.Dir = moduleRoot(t)
+	cmd.Dir = testsupport.ModuleRoot(t)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", patterns, err)

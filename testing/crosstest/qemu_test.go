@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/nstest"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // crossDist skips unless the cross test was asked for, and returns the
@@ -35,7 +35,7 @@ func crossDist(t *testing.T) string {
 	if dist := os.Getenv("OPENFLARE_CROSS_DIST"); dist != "" {
 		return dist
 	}
-	return filepath.Join(moduleRoot(t), "dist")
+	return filepath.Join(testsupport.ModuleRoot(t), "dist")
 }
 
 // binary is the release binary of tg, checked to exist and to have its
@@ -129,7 +129,7 @@ func TestCrossCheck(t *testing.T) {
 	// copy in a directory they can traverse, wherever the clone lives.
 	dir := nstest.TraversableTempDir(t)
 	for _, name := range []string{"agent.json", "nginx-stub"} {
-		src := filepath.Join(moduleRoot(t), "cross", "testdata", name)
+		src := filepath.Join(testsupport.ModuleRoot(t), "cross", "testdata", name)
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
@@ -157,31 +157,13 @@ func TestCrossCheck(t *testing.T) {
 	}
 }
 
-// logBuffer collects a process's output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The arm64, ARMv7 and big-endian MIPS agents register with a discovery
 // token, persist the node token, heartbeat over HTTP and then over the
 // WebSocket, stop cleanly on SIGTERM, and render the server's active
 // version byte for byte as the server does.
 func TestCrossEndToEnd(t *testing.T) {
 	dist := crossDist(t)
-	stub := filepath.Join(moduleRoot(t), "cross", "testdata", "nginx-stub")
+	stub := filepath.Join(testsupport.ModuleRoot(t), "cross", "testdata", "nginx-stub")
 	for _, name := range []string{"arm64", "armv7", "mips"} {
 		tg := targetByName(t, name)
 		t.Run(name, func(t *testing.T) {
@@ -216,7 +198,7 @@ func TestCrossEndToEnd(t *testing.T) {
 			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "LOG_LEVEL=debug")
-			logs := &logBuffer{}
+			logs := &testsupport.Buffer{}
 			cmd.Stdout, cmd.Stderr = logs, logs
 			start := time.Now()
 			if err := cmd.Start(); err != nil {

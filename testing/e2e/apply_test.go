@@ -13,6 +13,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Publishing a version: the route serves through nginx, a success apply log
@@ -69,7 +70,7 @@ func TestBadVersionRollsBack(t *testing.T) {
 	}
 	fetches := cp.Requests(protocol.PathActive)
 	beats := len(cp.Heartbeats())
-	waitFor(t, 30*time.Second, "five more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+5 })
+	testsupport.WaitFor(t, 30*time.Second, "five more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+5 })
 	if got := cp.Requests(protocol.PathActive); got != fetches {
 		t.Fatalf("blocked version fetched again: %d → %d", fetches, got)
 	}
@@ -147,11 +148,11 @@ func TestFirstDeploymentBadStartsFallback(t *testing.T) {
 	n.stop()
 	fetches := cp.Requests(protocol.PathActive)
 	n.start()
-	waitFor(t, 30*time.Second, "heartbeats after restart", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "heartbeats after restart", func() bool {
 		return len(cp.Heartbeats()) > 0 && cp.Heartbeats()[len(cp.Heartbeats())-1].At.After(time.Now().Add(-time.Second))
 	})
 	beats := len(cp.Heartbeats())
-	waitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
+	testsupport.WaitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
 	if cp.Requests(protocol.PathActive) != fetches {
 		t.Fatal("blocked version fetched again after a restart")
 	}
@@ -216,7 +217,7 @@ func TestHTTPSRoute(t *testing.T) {
 	n.start()
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	var got reply
-	waitFor(t, 30*time.Second, "the HTTPS route", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "the HTTPS route", func() bool {
 		got = request("GET", "https", "secure.test", "/x", "")
 		return got.status == 200
 	})
@@ -251,11 +252,11 @@ func TestStatusCheckAndRestart(t *testing.T) {
 
 	nodeID := cp.Nodes()[0].NodeID
 	cp.UpdateSettings(nodeID, func(s *protocol.AgentSettings) { s.RestartOpenRestyNow = true })
-	waitFor(t, 30*time.Second, "nginx to restart", func() bool { p := n.nginxPID(); return p != 0 && p != master })
+	testsupport.WaitFor(t, 30*time.Second, "nginx to restart", func() bool { p := n.nginxPID(); return p != 0 && p != master })
 	waitServes(t, "app.test", "/", "origin-ok v1")
 	restarted := n.nginxPID()
 	beats := len(cp.Heartbeats())
-	waitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
+	testsupport.WaitFor(t, 30*time.Second, "three more heartbeats", func() bool { return len(cp.Heartbeats()) >= beats+3 })
 	if n.nginxPID() != restarted {
 		t.Fatal("the one-shot restart ran more than once")
 	}

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Killing the agent (SIGKILL) at each step of an apply never leaves the
@@ -28,7 +30,7 @@ func TestCrashDuringApply(t *testing.T) {
 			// The new version adds a certificate-free second route, so the
 			// apply adds files as well as changing them.
 			v2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", o2), proxyRoute(2, "two.test", o2)}})
-			n.start("OPENFLARE_CRASHPOINT=" + point)
+			n.start(testhook.CrashEnv + "=" + point)
 			n.waitCrash(60 * time.Second)
 
 			// Restart with the server unreachable: only local recovery runs.
@@ -38,11 +40,11 @@ func TestCrashDuringApply(t *testing.T) {
 			n.start()
 			// Three starts so far; wait until this one finished its local
 			// recovery before looking at what nginx serves.
-			waitFor(t, 30*time.Second, "local recovery", func() bool {
+			testsupport.WaitFor(t, 30*time.Second, "local recovery", func() bool {
 				return strings.Count(n.logs.String(), `msg="local config ready"`) == 3
 			})
 			var body string
-			waitFor(t, 30*time.Second, "the node to serve after recovery", func() bool {
+			testsupport.WaitFor(t, 30*time.Second, "the node to serve after recovery", func() bool {
 				r := get("app.test", "/")
 				body = r.body
 				return r.status == 200
@@ -65,7 +67,7 @@ func TestCrashDuringApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitServes(t, "two.test", "/", "origin-ok new")
-			waitFor(t, 30*time.Second, "state to record the new version", func() bool { return n.state().Current.Version == v2.Version })
+			testsupport.WaitFor(t, 30*time.Second, "state to record the new version", func() bool { return n.state().Current.Version == v2.Version })
 			n.stop()
 			n.stopNginx()
 		})

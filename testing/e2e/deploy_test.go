@@ -18,6 +18,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/nstest"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // These tests are about who the nginx workers are, so they need workers
@@ -209,7 +210,7 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 	if route := readFile(t, n.data("etc", "nginx", "conf.d", "openflare_routes.conf")); strings.Contains(route, "v2") {
 		t.Fatal("v2's route config was left in place")
 	}
-	waitFor(t, 30*time.Second, "an unhealthy beat naming the probe", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "an unhealthy beat naming the probe", func() bool {
 		for _, nd := range cp.Nodes() {
 			if nd.OpenRestyStatus == protocol.StatusUnhealthy && strings.Contains(nd.OpenRestyMessage, "Permission denied") {
 				return true

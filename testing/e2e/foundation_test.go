@@ -15,6 +15,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Discovery registration: the token lands in agent.json (other keys and
@@ -55,7 +56,7 @@ func TestDiscoveryRegistration(t *testing.T) {
 	n.stop()
 	beats := len(cp.Heartbeats())
 	n.start()
-	waitFor(t, 30*time.Second, "a heartbeat after restart", func() bool { return len(cp.Heartbeats()) > beats })
+	testsupport.WaitFor(t, 30*time.Second, "a heartbeat after restart", func() bool { return len(cp.Heartbeats()) > beats })
 	if got := cp.Requests(protocol.PathRegister); got != 1 {
 		t.Fatalf("register called %d times, want 1", got)
 	}
@@ -132,7 +133,7 @@ func TestHeartbeatRetriesAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second beat means the first reply (and its interval) was taken in.
-	waitFor(t, 30*time.Second, "a second heartbeat", func() bool { return len(cp.Heartbeats()) >= 2 })
+	testsupport.WaitFor(t, 30*time.Second, "a second heartbeat", func() bool { return len(cp.Heartbeats()) >= 2 })
 	p := b.Payload
 	if p.Version != "e2e-test" || p.Name == "" || p.ExtVersion == "" || p.HealthEvents == nil || p.SchemaVersion != 2 {
 		t.Fatalf("payload %+v", p)
@@ -142,7 +143,7 @@ func TestHeartbeatRetriesAndRecovers(t *testing.T) {
 	}
 	// Wait for five failures, then read the delays the agent chose.
 	retryRe := regexp.MustCompile(`msg="heartbeat failed".* attempt=(\d+) retry_in=(\S+)`)
-	waitFor(t, 60*time.Second, "five failed heartbeats", func() bool {
+	testsupport.WaitFor(t, 60*time.Second, "five failed heartbeats", func() bool {
 		return len(retryRe.FindAllString(n.logs.String(), -1)) >= 5
 	})
 	var delays []time.Duration
@@ -161,7 +162,7 @@ func TestHeartbeatRetriesAndRecovers(t *testing.T) {
 	if err := cp.SetDown(false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "heartbeats after the server returned", func() bool { return len(cp.Heartbeats()) > before })
+	testsupport.WaitFor(t, 30*time.Second, "heartbeats after the server returned", func() bool { return len(cp.Heartbeats()) > before })
 	if n.cmd == nil {
 		t.Fatal("agent exited while the server was down")
 	}
@@ -218,7 +219,7 @@ func TestTokensNeverLogged(t *testing.T) {
 	n := newNode(t, cp, nil)
 	cp.Inject(controlplane.Fault{Path: protocol.PathHeartbeat, Status: 401, Times: 3})
 	n.start()
-	waitFor(t, 30*time.Second, "a heartbeat after the 401s", func() bool { return len(cp.Heartbeats()) > 0 })
+	testsupport.WaitFor(t, 30*time.Second, "a heartbeat after the 401s", func() bool { return len(cp.Heartbeats()) > 0 })
 	logs := n.logs.String()
 	for _, tok := range n.tokens() {
 		if tok != "" && strings.Contains(logs, tok) {

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -30,6 +29,7 @@ import (
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/nginxtest"
 	"github.com/openflare/openflare-agent/testing/nstest"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // As root (CI) the suites run without a user namespace: nginx's master is
@@ -47,11 +47,7 @@ var (
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
+		root := testsupport.ModuleRoot(t)
 		dir, err := os.MkdirTemp("", "openflare-e2e-bin-")
 		if err != nil {
 			buildErr = err
@@ -63,7 +59,7 @@ func agentBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "openflare-agent")
-		cmd := exec.Command("go", "build", "-race", "-tags", "crashpoints nethttpomithttp2", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
+		cmd := exec.Command("go", "build", "-race", "-tags", "testhooks nethttpomithttp2", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build agent: %v\n%s", err, out)
@@ -73,22 +69,6 @@ func agentBinary(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return builtBin
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", os.ErrNotExist
-		}
-		dir = filepath.Dir(dir)
-	}
 }
 
 // controlPlane starts a test control plane with a short heartbeat interval
@@ -117,24 +97,6 @@ func origin(t *testing.T, name string) string {
 	return srv.URL
 }
 
-// syncBuffer collects a process's output across restarts.
-type syncBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // node is one edge node: an agent process, its files, and the nginx it runs.
 type node struct {
 	t       *testing.T
@@ -147,7 +109,7 @@ type node struct {
 	wrap   []string
 	cmd    *exec.Cmd
 	exited chan struct{}
-	logs   *syncBuffer
+	logs   *testsupport.Buffer
 }
 
 // newNode writes agent.json for a node registered in the UI (a node token)
@@ -155,7 +117,7 @@ type node struct {
 func newNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	t.Helper()
 	dir := nstest.TraversableTempDir(t)
-	n := &node{t: t, cp: cp, dir: dir, config: filepath.Join(dir, "agent.json"), logs: &syncBuffer{}}
+	n := &node{t: t, cp: cp, dir: dir, config: filepath.Join(dir, "agent.json"), logs: &testsupport.Buffer{}}
 	c := map[string]any{
 		"server_url":     cp.URL(),
 		"node_name":      "edge-" + strings.ReplaceAll(t.Name(), "/", "-"),
@@ -337,18 +299,7 @@ func (n *node) state() state.State {
 // waitLog waits until the agent's output contains s.
 func (n *node) waitLog(s string, timeout time.Duration) {
 	n.t.Helper()
-	waitFor(n.t, timeout, "agent log line "+strconv.Quote(s), func() bool { return strings.Contains(n.logs.String(), s) })
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsupport.WaitFor(n.t, timeout, "agent log line "+strconv.Quote(s), func() bool { return strings.Contains(n.logs.String(), s) })
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

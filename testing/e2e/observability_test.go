@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // receivedLogs returns every access log the control plane received,
@@ -56,7 +58,7 @@ func TestAccessLogsReachControlPlane(t *testing.T) {
 	}
 	miss := get("nobody.test", "/missing")
 	var got protocol.AccessLog
-	waitFor(t, 30*time.Second, "the access logs", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "the access logs", func() bool {
 		found := 0
 		for _, l := range receivedLogs(cp) {
 			if l.Host == "logs.test" && l.Path == "/ok?x=1" {
@@ -121,7 +123,7 @@ func traffic(t *testing.T, host, prefix string, every time.Duration, stop <-chan
 func exactlyOnce(t *testing.T, cp *controlplane.Server, prefix string, n int64, timeout time.Duration) {
 	t.Helper()
 	var counts map[string]int
-	waitFor(t, timeout, fmt.Sprintf("%d access logs under %s", n, prefix), func() bool {
+	testsupport.WaitFor(t, timeout, fmt.Sprintf("%d access logs under %s", n, prefix), func() bool {
 		counts = countPaths(cp, prefix)
 		return int64(len(counts)) >= n
 	})
@@ -137,44 +139,72 @@ func exactlyOnce(t *testing.T, cp *controlplane.Server, prefix string, n int64, 
 	}
 }
 
-// The control plane is down for minutes while traffic flows: when it
-// returns every request made meanwhile arrives exactly once, and the
-// host-metric windows of the outage are replayed as buffered[].
+// The control plane is down while traffic flows, across a minute boundary:
+// when it returns every request made meanwhile arrives exactly once, and
+// each host-metric minute window of the outage is replayed exactly once as
+// buffered[]. The agent's clock runs ahead (testhook skew) so that its
+// next minute boundary falls a few seconds into the outage: the outage
+// lasts seconds, not minutes.
 func TestOutageReplaysExactlyOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-minute outage")
-	}
-	const outage = 3 * time.Minute
 	cp := controlPlane(t)
-	servedNode(t, cp, "busy.test")
+	// The outage starts about 5 s from now (start-up, 2 s of traffic);
+	// put the agent's minute boundary a few seconds after that.
+	boundary := time.Now().Add(9 * time.Second)
+	skew := boundary.Truncate(time.Minute).Add(time.Minute).Sub(boundary)
+	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "busy.test", origin(t, "busy"))}, OpenResty: noErrorPages})
+	n := newNode(t, cp, nil)
+	n.start(testhook.SkewEnv + "=" + skew.String())
+	agentNow := func() time.Time { return time.Now().Add(skew) }
+	waitApplyLog(t, cp, ref.Version, protocol.ResultSuccess)
+	waitServes(t, "busy.test", "/", "origin-ok busy")
+
 	stop := make(chan struct{})
 	sent := traffic(t, "busy.test", "/r/", 20*time.Millisecond, stop)
 	time.Sleep(2 * time.Second) // traffic before the outage, on purpose
+	failed := func() int { return strings.Count(n.logs.String(), "heartbeat failed") }
+	before := failed()
 	if err := cp.SetDown(true); err != nil {
 		t.Fatal(err)
 	}
-	downAt := time.Now()
-	time.Sleep(outage) // the outage itself is what is under test
+	// A beat fails in the agent's current minute, then (the clock crossed
+	// into the next one) another fails there: failed beats back off, so
+	// wait for each rather than for a fixed time.
+	testsupport.WaitFor(t, 30*time.Second, "a failed beat", func() bool { return failed() > before })
+	downWindow := agentNow().Truncate(time.Minute)
+	time.Sleep(time.Until(downWindow.Add(time.Minute).Add(-skew)))
+	crossed := failed()
+	testsupport.WaitFor(t, 90*time.Second, "a failed beat in the next minute", func() bool { return failed() > crossed })
 	if err := cp.SetDown(false); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // and traffic after it
 	close(stop)
 	time.Sleep(100 * time.Millisecond) // let the last request finish
-	n := sent.Load()
-	exactlyOnce(t, cp, "/r/", n, 2*time.Minute)
-	windows := 0
+	total := sent.Load()
+	exactlyOnce(t, cp, "/r/", total, time.Minute)
+	testsupport.WaitFor(t, 30*time.Second, "both outage windows replayed", func() bool {
+		return len(replayedWindows(cp, downWindow.Unix())) >= 2
+	})
+	for w, c := range replayedWindows(cp, downWindow.Unix()) {
+		if c != 1 {
+			t.Errorf("window %d replayed %d times", w, c)
+		}
+	}
+	t.Logf("%d requests during an outage across a minute boundary arrived exactly once", total)
+}
+
+// replayedWindows counts, per minute window from since on, how often the
+// accepted beats carried it as buffered host metrics.
+func replayedWindows(cp *controlplane.Server, since int64) map[int64]int {
+	counts := map[int64]int{}
 	for _, b := range cp.Heartbeats() {
 		for _, w := range b.Payload.Buffered {
-			if w.HostMetrics != nil && w.CapturedAtUnix >= downAt.Unix()-60 {
-				windows++
+			if w.HostMetrics != nil && w.CapturedAtUnix >= since {
+				counts[w.CapturedAtUnix]++
 			}
 		}
 	}
-	if windows < int(outage/time.Minute) {
-		t.Fatalf("%d buffered windows replayed for a %v outage", windows, outage)
-	}
-	t.Logf("%d requests during a %v outage arrived exactly once; %d minute windows replayed", n, outage, windows)
+	return counts
 }
 
 // Rotation by rename (with nginx writing to the old file until it reopens)
@@ -201,7 +231,7 @@ func TestLogRotationAndTruncation(t *testing.T) {
 	if err := syscall.Kill(n.nginxPID(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "nginx to reopen the log", func() bool { _, err := os.Stat(logPath); return err == nil })
+	testsupport.WaitFor(t, 10*time.Second, "nginx to reopen the log", func() bool { _, err := os.Stat(logPath); return err == nil })
 	send("/c/", 50)
 	exactlyOnce(t, cp, "/b/", 50, 30*time.Second)
 	exactlyOnce(t, cp, "/c/", 50, 30*time.Second)

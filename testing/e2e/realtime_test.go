@@ -10,6 +10,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // wsControlPlane allows the WebSocket and makes the heartbeat interval long,
@@ -29,7 +30,7 @@ func connectedNode(t *testing.T, cp *controlplane.Server) (*node, string) {
 	n := newNode(t, cp, nil)
 	n.start()
 	var nodeID string
-	waitFor(t, 30*time.Second, "the node to register", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "the node to register", func() bool {
 		for _, nd := range cp.Nodes() {
 			if nd.Heartbeats > 0 {
 				nodeID = nd.NodeID
@@ -93,7 +94,7 @@ func TestWebSocketFallbackAndBackoff(t *testing.T) {
 	if err := cp.DropWS(nodeID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "an HTTP heartbeat after the drop", func() bool { return httpBeats() > before })
+	testsupport.WaitFor(t, 10*time.Second, "an HTTP heartbeat after the drop", func() bool { return httpBeats() > before })
 	if d := time.Since(dropped); d > 2*time.Second {
 		t.Fatalf("first HTTP beat %v after the drop; want at once", d)
 	}
@@ -134,7 +135,7 @@ func TestLargeIPGroupPushedWithoutReload(t *testing.T) {
 	n, nodeID := connectedNode(t, cp)
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v1")
-	waitFor(t, 30*time.Second, "the snapshot to hold group 7", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "the snapshot to hold group 7", func() bool {
 		return strings.Contains(readFileOr(n.data("etc", "openflare", "waf_ip_groups.json")), `"7":`)
 	})
 	master := n.nginxPID()
@@ -147,9 +148,9 @@ func TestLargeIPGroupPushedWithoutReload(t *testing.T) {
 	list = append(list, "127.0.0.10")
 	pushed := time.Now()
 	g := cp.SetIPGroup(protocol.WAFIPGroup{ID: 7, Name: "big", Type: "manual", Enabled: true, IPList: list})
-	waitFor(t, 30*time.Second, "the agent to land the group", func() bool { return n.ipChecksum(7) == g.Checksum })
+	testsupport.WaitFor(t, 30*time.Second, "the agent to land the group", func() bool { return n.ipChecksum(7) == g.Checksum })
 	landed := time.Since(pushed)
-	waitFor(t, 10*time.Second, "nginx to block 127.0.0.10", func() bool {
+	testsupport.WaitFor(t, 10*time.Second, "nginx to block 127.0.0.10", func() bool {
 		return request("GET", "http", "app.test", "/", "127.0.0.10").status == 403
 	})
 	t.Logf("100 000-entry group: pushed → landed %v, → enforced %v", landed.Round(time.Millisecond), time.Since(pushed).Round(time.Millisecond))
@@ -182,7 +183,7 @@ func TestIPGroupWrongChecksumRejected(t *testing.T) {
 	n, _ := connectedNode(t, cp)
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	n.waitLog(`msg="IP group rejected" id=4`, 30*time.Second)
-	waitFor(t, 10*time.Second, "group 3 enforced", func() bool {
+	testsupport.WaitFor(t, 10*time.Second, "group 3 enforced", func() bool {
 		return request("GET", "http", "app.test", "/", "127.0.0.30").status == 403
 	})
 	if r := request("GET", "http", "app.test", "/", "127.0.0.40"); r.status != 200 {
@@ -234,7 +235,7 @@ func TestSettingsTurnWebSocketOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(cp.Heartbeats())
-	waitFor(t, 30*time.Second, "HTTP heartbeats", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "HTTP heartbeats", func() bool {
 		hb := cp.Heartbeats()
 		return len(hb) >= before+3 && hb[len(hb)-1].Channel == "http"
 	})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/internal/sharedfix"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // fixtureOriginHosts are the made-up upstream names of fixtures 06
@@ -23,7 +23,7 @@ var fixtureOriginHosts = []string{"origin.internal.example", "api.internal.examp
 // TestFixturesPassNginxT loads every successful render fixture, rendered
 // from its e4.json as an agent would, into the installed nginx.
 func TestFixturesPassNginxT(t *testing.T) {
-	root := sharedfix.Dir(t, "fixtures/render")
+	root := testsupport.SharedDir(t, "fixtures/render")
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatalf("read fixtures: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current renderer (certificates are created only when absent)")
@@ -216,7 +217,7 @@ func TestGoldenMatrix(t *testing.T) {
 					t.Fatalf("golden file missing (run go test -update): %v", err)
 				}
 				if string(want) != f.got {
-					t.Errorf("%s differs from the golden file (run go test -update if the change is intended):\n%s", path, diffExcerpt(string(want), f.got))
+					t.Errorf("%s differs from the golden file (run go test -update if the change is intended):\n%s", path, testsupport.DiffExcerpt(string(want), f.got))
 				}
 			}
 			if err := l.load(out, nil); err != nil {

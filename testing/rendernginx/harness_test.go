@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 
@@ -111,32 +110,6 @@ func (l *loader) workersAsRoot(mainText string) string {
 		return mainText
 	}
 	return "user root;\n" + mainText
-}
-
-// diffExcerpt shows where two texts first differ, a few lines either side.
-func diffExcerpt(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	i := 0
-	for i < len(w) && i < len(g) && w[i] == g[i] {
-		i++
-	}
-	from := max(i-3, 0)
-	var b strings.Builder
-	fmt.Fprintf(&b, "first difference at line %d (want %d lines, got %d)\n", i+1, len(w), len(g))
-	for _, side := range []struct {
-		name  string
-		lines []string
-	}{{"want", w}, {"got", g}} {
-		fmt.Fprintf(&b, "--- %s\n", side.name)
-		for j := from; j < min(i+4, len(side.lines)); j++ {
-			mark := "  "
-			if j == i {
-				mark = "> "
-			}
-			fmt.Fprintf(&b, "%s%4d %s\n", mark, j+1, side.lines[j])
-		}
-	}
-	return b.String()
 }
 
 // readFile reads a file the test cannot do without.
