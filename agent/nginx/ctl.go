@@ -164,7 +164,7 @@ func (n *Ctl) Start(ctx context.Context) error {
 // Restart stops the master and starts it again with the live config
 // (restart_openresty_now). The config is validated first; should the new
 // master still not come up, the caller starts the fallback
-// (sync.Syncer.Restart).
+// (apply.Engine.Restart).
 func (n *Ctl) Restart(ctx context.Context) error {
 	if err := n.Test(ctx, n.MainConfig); err != nil {
 		return fmt.Errorf("restart refused: %w", err)

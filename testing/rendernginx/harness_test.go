@@ -38,7 +38,7 @@ func probe(t testing.TB) *nginx.Caps {
 
 // loader does what the agent does before it touches live files: adapt the
 // rendered text to the installed nginx, stage it with the support files,
-// and run `nginx -t` on the staged copy (agent/sync apply).
+// and run `nginx -t` on the staged copy (agent/apply).
 type loader struct {
 	root    string
 	paths   landing.Paths
