@@ -88,7 +88,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		store:     store,
 		cp:        controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
 		ip:        nodeip.New(),
-		work:      workQueue{wake: make(chan struct{}, 1)},
+		work:      newWorkQueue(),
 		statusNow: make(chan struct{}, 1),
 	}
 	a.interval.Store(int64(cfg.HeartbeatInterval))

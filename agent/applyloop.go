@@ -30,28 +30,42 @@ type workQueue struct {
 	wake chan struct{}
 }
 
-func (a *Agent) queue(f func(*work)) {
-	a.work.mu.Lock()
-	f(&a.work.w)
-	a.work.mu.Unlock()
+func newWorkQueue() workQueue { return workQueue{wake: make(chan struct{}, 1)} }
+
+// add merges a request into the queued work and wakes the loop.
+func (q *workQueue) add(f func(*work)) {
+	q.mu.Lock()
+	f(&q.w)
+	q.mu.Unlock()
 	select {
-	case a.work.wake <- struct{}{}:
+	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (a *Agent) requestApply(target *protocol.ConfigRef, mode apply.Mode) {
-	a.queue(func(w *work) {
+// take empties the queue.
+func (q *workQueue) take() work {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := q.w
+	q.w = work{}
+	return w
+}
+
+func (q *workQueue) apply(target *protocol.ConfigRef, mode apply.Mode) {
+	q.add(func(w *work) {
 		w.apply, w.target = true, target
 		w.mode = max(w.mode, mode)
 	})
 }
 
-func (a *Agent) requestRestart() { a.queue(func(w *work) { w.restart = true }) }
+func (a *Agent) requestApply(target *protocol.ConfigRef, mode apply.Mode) { a.work.apply(target, mode) }
 
-func (a *Agent) requestEnsure() { a.queue(func(w *work) { w.ensure = true }) }
+func (a *Agent) requestRestart() { a.work.add(func(w *work) { w.restart = true }) }
 
-func (a *Agent) requestReconcile() { a.queue(func(w *work) { w.reconcile = true }) }
+func (a *Agent) requestEnsure() { a.work.add(func(w *work) { w.ensure = true }) }
+
+func (a *Agent) requestReconcile() { a.work.add(func(w *work) { w.reconcile = true }) }
 
 // applyBudget bounds one round of work once started. Work is not cancelled
 // by shutdown: an apply cut off halfway would be reported as failed and
@@ -67,11 +81,7 @@ func (a *Agent) applyLoop(ctx context.Context) {
 			return
 		case <-a.work.wake:
 		}
-		a.work.mu.Lock()
-		w := a.work.w
-		a.work.w = work{}
-		a.work.mu.Unlock()
-		a.runWork(w, ctx)
+		a.runWork(a.work.take(), ctx)
 	}
 }
 

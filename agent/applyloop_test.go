@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/openflare/openflare-agent/agent/apply"
+	"github.com/openflare/openflare-agent/agent/protocol"
+)
+
+// Requests that arrive while an apply runs merge into one round: the
+// newest target wins, a startup or force apply is never downgraded, and
+// the other kinds of work accumulate. One wake-up covers them all.
+func TestWorkQueueMerges(t *testing.T) {
+	q := newWorkQueue()
+	v1 := &protocol.ConfigRef{Version: "v1", Checksum: "c1"}
+	v2 := &protocol.ConfigRef{Version: "v2", Checksum: "c2"}
+	q.apply(v1, apply.Force)
+	q.apply(v2, apply.Normal)
+	q.add(func(w *work) { w.ensure = true })
+	q.add(func(w *work) { w.reconcile = true })
+	if len(q.wake) != 1 {
+		t.Fatalf("%d wake-ups queued, want 1", len(q.wake))
+	}
+	w := q.take()
+	if !w.apply || w.target != v2 || w.mode != apply.Force || !w.ensure || !w.reconcile || w.restart {
+		t.Fatalf("merged work %+v", w)
+	}
+	if w := q.take(); w != (work{}) {
+		t.Fatalf("queue not emptied: %+v", w)
+	}
+	q.apply(nil, apply.Startup)
+	q.apply(v1, apply.Normal)
+	if w := q.take(); w.mode != apply.Startup || w.target != v1 {
+		t.Fatalf("startup downgraded: %+v", w)
+	}
+}
