@@ -13,22 +13,34 @@ import (
 	"github.com/openflare/openflare-agent/agent/nginx"
 )
 
-// Check validates agent.json and shows the resolved configuration, tokens
-// masked, plus what the installed nginx needs adapted.
-func Check(configPath string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+// loadConfig parses a command's flags (-config) and loads agent.json; a nil
+// config comes with the exit code. warn prints the load's warnings.
+func loadConfig(name, configPath string, args []string, stderr io.Writer, warn bool) (*config.Config, string, int) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&configPath, "config", configPath, "path of agent.json")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return nil, configPath, 2
 	}
 	cfg, warnings, err := config.Load(configPath, os.Getenv)
 	for _, w := range warnings {
-		fmt.Fprintln(stderr, "warning:", w)
+		if warn {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
-		return 1
+		return nil, configPath, 1
+	}
+	return cfg, configPath, 0
+}
+
+// Check validates agent.json and shows the resolved configuration, tokens
+// masked, plus what the installed nginx needs adapted.
+func Check(configPath string, args []string, stdout, stderr io.Writer) int {
+	cfg, configPath, code := loadConfig("check", configPath, args, stderr, true)
+	if cfg == nil {
+		return code
 	}
 	fmt.Fprintf(stdout, "configuration (%s):\n%s", configPath, cfg.Describe())
 	paths := landing.FromConfig(cfg)

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,16 +20,9 @@ import (
 // the server down and while another agent process runs. It changes nothing.
 // Status prints the node's state from local files only.
 func Status(configPath string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&configPath, "config", configPath, "path of agent.json")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, _, err := config.Load(configPath, os.Getenv)
-	if err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return 1
+	cfg, _, code := loadConfig("status", configPath, args, stderr, false)
+	if cfg == nil {
+		return code
 	}
 	fmt.Fprint(stdout, describe(cfg, time.Now()))
 	return 0
