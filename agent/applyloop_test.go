@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/apply"
 	"github.com/openflare/openflare-agent/agent/protocol"
@@ -32,5 +35,35 @@ func TestWorkQueueMerges(t *testing.T) {
 	q.apply(v1, apply.Normal)
 	if w := q.take(); w.mode != apply.Startup || w.target != v1 {
 		t.Fatalf("startup downgraded: %+v", w)
+	}
+}
+
+// A server's heartbeat interval is kept within bounds, so a huge value
+// cannot wrap into a tight loop of beats and a tiny one cannot flood.
+func TestHeartbeatIntervalBounded(t *testing.T) {
+	a := &Agent{log: slog.New(slog.DiscardHandler), work: newWorkQueue()}
+	for ms, want := range map[int]time.Duration{
+		9223372036855: time.Hour,
+		1:             250 * time.Millisecond,
+		3000:          3 * time.Second,
+	} {
+		a.onSettings(protocol.AgentSettings{HeartbeatInterval: ms})
+		if got := a.heartbeatInterval(); got != want {
+			t.Errorf("%d ms → %v, want %v", ms, got, want)
+		}
+	}
+}
+
+func TestUsableToken(t *testing.T) {
+	for tok, want := range map[string]bool{
+		"0123456789abcdef0123456789abcdef": true,
+		"":                                 false,
+		"abc\r\nX-Evil: 1":                 false,
+		"with space":                       false,
+		strings.Repeat("a", 257):           false,
+	} {
+		if usableToken(tok) != want {
+			t.Errorf("%q: %v", tok, !want)
+		}
 	}
 }

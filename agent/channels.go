@@ -165,11 +165,20 @@ func (h *wsHandler) ForceSync(ref protocol.ConfigRef) {
 
 func (h *wsHandler) IPGroups(groups []protocol.WAFIPGroup) { h.a.pushIPGroups(groups) }
 
+// The heartbeat interval a server may set, in milliseconds.
+const (
+	minInterval = 250
+	maxInterval = 3_600_000
+)
+
 // onSettings adopts the server's settings (HTTP reply or WS push). One-shot
 // actions arrive once: the server clears them after sending them.
 func (a *Agent) onSettings(s protocol.AgentSettings) {
 	if s.HeartbeatInterval > 0 {
-		iv := time.Duration(s.HeartbeatInterval) * time.Millisecond
+		// Bounded before the multiplication can overflow: a huge value
+		// would otherwise wrap into a tight loop of beats, or stop them.
+		ms := min(max(s.HeartbeatInterval, minInterval), maxInterval)
+		iv := time.Duration(ms) * time.Millisecond
 		if old := time.Duration(a.interval.Swap(int64(iv))); old != iv {
 			a.log.Info("heartbeat interval set by the server", "interval", iv)
 		}

@@ -16,7 +16,22 @@ import (
 // answering badly must not be asked every few seconds.
 const malformedRetry = 10 * time.Minute
 
-var errNoToken = errors.New("register reply has no node_id or token")
+var errNoToken = errors.New("register reply has no usable node_id or token")
+
+// usableToken reports whether a token from the server can be stored and
+// sent back in a header: 1 to 256 bytes of printable ASCII without spaces.
+// A CR/LF would break every later request, and agent.json with it.
+func usableToken(tok string) bool {
+	if tok == "" || len(tok) > 256 {
+		return false
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
 
 // register trades the discovery token for a node token (PROTOCOL 1.2) and
 // persists it to agent.json before anything else happens, so a crash or
@@ -26,7 +41,7 @@ func (a *Agent) register(ctx context.Context) error {
 	for {
 		r, err := a.cp.Register(ctx, a.payload(ctx))
 		token := r.Token()
-		if err == nil && (r.NodeID == "" || token == "") {
+		if err == nil && (r.NodeID == "" || len(r.NodeID) > 128 || !usableToken(token)) {
 			err = errNoToken
 		}
 		if err == nil {
@@ -48,7 +63,7 @@ func (a *Agent) register(ctx context.Context) error {
 			a.log.Error("discovery token rejected by the server (HTTP 401): check discovery_token in agent.json", "retry_in", wait)
 		case errors.Is(err, errNoToken):
 			wait = malformedRetry
-			a.log.Error("registration reply carried no node id or token; agent.json left unchanged", "retry_in", wait)
+			a.log.Error("registration reply carried no usable node id or token; agent.json left unchanged", "retry_in", wait)
 		default:
 			a.log.Warn("registration failed", "err", err, "retry_in", wait)
 		}

@@ -133,12 +133,14 @@ func (e *Engine) update(f func(*state.State)) {
 	}
 }
 
+// normalise trims a beat's target; one that names no usable version (none,
+// or a malformed one) is no target, and the fetched reply decides.
 func normalise(t *protocol.ConfigRef) *protocol.ConfigRef {
 	if t == nil {
 		return nil
 	}
 	r := protocol.ConfigRef{Version: strings.TrimSpace(t.Version), Checksum: strings.TrimSpace(t.Checksum)}
-	if r.Version == "" || r.Checksum == "" {
+	if r.Check() != nil {
 		return nil
 	}
 	return &r
@@ -171,8 +173,8 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 		return fmt.Errorf("fetch active config: %w", err)
 	}
 	fetched := protocol.ConfigRef{Version: ac.Version, Checksum: ac.Checksum}
-	if fetched.Version == "" || fetched.Checksum == "" {
-		return errors.New("fetch active config: reply has no version or checksum")
+	if err := fetched.Check(); err != nil {
+		return fmt.Errorf("fetch active config: reply names no usable version: %w", err)
 	}
 	if e.skip(fetched, mode) {
 		return nil

@@ -409,9 +409,27 @@ func TestFetchProblems(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 	r.cp.err = nil
-	r.cp.active = protocol.ActiveConfig{Version: "v1"}
-	if err := r.e.Apply(context.Background(), nil, Startup); err == nil || !strings.Contains(err.Error(), "no version or checksum") {
-		t.Fatalf("err %v", err)
+	// A reply naming no usable version is refused without storing or
+	// echoing what it said.
+	for _, bad := range []protocol.ActiveConfig{
+		{Version: "v1"},
+		{Version: strings.Repeat("9", 5<<20), Checksum: "c"},
+		{Version: "v1\r\nX: y", Checksum: "c"},
+	} {
+		r.cp.active = bad
+		err := r.e.Apply(context.Background(), nil, Startup)
+		if err == nil || !strings.Contains(err.Error(), "no usable version") || len(err.Error()) > 200 {
+			t.Fatalf("err %.300v", err)
+		}
+		if st := r.state(); len(st.LastError) > 200 {
+			t.Fatalf("stored a last error of %d bytes", len(st.LastError))
+		}
+	}
+	// A beat naming a malformed version is no target at all.
+	huge := protocol.ConfigRef{Version: strings.Repeat("9", 5<<20), Checksum: "c"}
+	fetches := r.cp.fetches
+	if err := r.e.Apply(context.Background(), &huge, Normal); err != nil || r.cp.fetches != fetches {
+		t.Fatalf("a malformed target was fetched: %v", err)
 	}
 	// The server moved on between the beat and the fetch: the fetched
 	// version counts, and it is already current.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
@@ -58,8 +59,13 @@ func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
 		MaxIdleConns:          2,
 	}
 	return &Client{
-		base:    strings.TrimRight(baseURL, "/"),
-		http:    &http.Client{Transport: tr},
+		base: strings.TrimRight(baseURL, "/"),
+		// The token travels in a header Go would carry to wherever a
+		// redirect points (it strips only Authorization and Cookie), and
+		// across an https→http downgrade: no redirect is followed.
+		http: &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("%w to %s://%s%s", ErrRedirect, req.URL.Scheme, req.URL.Host, req.URL.Path)
+		}},
 		agentUA: "openflare-agent/" + agentVersion,
 		timeout: timeout,
 		token:   token,
@@ -109,6 +115,25 @@ func (e *Error) Error() string {
 func IsUnauthorized(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
+}
+
+// ErrRedirect marks a reply that tried to send the agent elsewhere.
+var ErrRedirect = errors.New("the server answered with a redirect, not followed")
+
+// maxMessage bounds a server's error text before it is stored, logged or
+// echoed in the next beat.
+const maxMessage = 512
+
+// bounded cuts s to at most max bytes (on a rune boundary) and marks the cut.
+func bounded(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes cut)", len(s)-cut)
 }
 
 // ErrTooLarge marks a reply over its cap.
@@ -203,7 +228,7 @@ func (c *Client) do(ctx context.Context, name, method, path string, in, out any,
 	case err != nil:
 		return fmt.Errorf("%s: reply is not a JSON envelope: %w", name, err)
 	case env.ErrorMsg != "":
-		return &Error{Endpoint: name, Status: resp.StatusCode, Message: env.ErrorMsg}
+		return &Error{Endpoint: name, Status: resp.StatusCode, Message: bounded(env.ErrorMsg, maxMessage)}
 	}
 	return nil
 }
@@ -246,7 +271,7 @@ func errorMessage(r io.Reader) string {
 	data, _ := io.ReadAll(io.LimitReader(r, capErrorBody))
 	var env protocol.Envelope
 	if json.Unmarshal(data, &env) == nil {
-		return env.ErrorMsg
+		return bounded(env.ErrorMsg, maxMessage)
 	}
 	return ""
 }

@@ -172,3 +172,48 @@ func TestRegisterTokenFallback(t *testing.T) {
 		}
 	}
 }
+
+// A redirect from any endpoint is an error, and the token never reaches
+// the host it points to (another host, another port, or plain http).
+func TestRedirectsNotFollowed(t *testing.T) {
+	var elsewhere []string
+	thief := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere = append(elsewhere, r.Header.Get(protocol.TokenHeader))
+		w.Write([]byte(`{"success":true,"data":{}}`))
+	}))
+	t.Cleanup(thief.Close)
+	for _, code := range []int{301, 302, 307, 308} {
+		c := server(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, thief.URL+r.URL.Path, code)
+		})
+		_, err := c.Heartbeat(context.Background(), payload())
+		noSecret(t, err)
+		if !errors.Is(err, ErrRedirect) || !strings.Contains(err.Error(), thief.Listener.Addr().String()) {
+			t.Errorf("%d: err = %v", code, err)
+		}
+		if _, err := c.Register(context.Background(), payload()); !errors.Is(err, ErrRedirect) {
+			t.Errorf("%d register: err = %v", code, err)
+		}
+	}
+	if len(elsewhere) != 0 {
+		t.Fatalf("the redirect target received %d requests (tokens %q)", len(elsewhere), elsewhere)
+	}
+}
+
+// A server's error text is bounded before anything stores or echoes it.
+func TestErrorMessageBounded(t *testing.T) {
+	huge := strings.Repeat("é", 1<<20)
+	for _, status := range []int{200, 500} {
+		c := server(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			w.Write([]byte(`{"success":false,"error_msg":"` + huge + `"}`))
+		})
+		_, err := c.Heartbeat(context.Background(), payload())
+		var apiErr *Error
+		// A 200 carries the cut text; a non-200 body over 64 KiB is not
+		// read far enough to decode at all.
+		if !errors.As(err, &apiErr) || len(apiErr.Message) > maxMessage+64 || status == 200 && !strings.Contains(apiErr.Message, "bytes cut") {
+			t.Fatalf("status %d: message of %d bytes: %.80s", status, len(apiErr.Message), err)
+		}
+	}
+}

@@ -3,7 +3,10 @@
 // speak exactly the same JSON.
 package protocol
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // APIPrefix is the fixed path every agent call lives under (PROTOCOL 0).
 const APIPrefix = "/api/v1/agent"
@@ -158,6 +161,33 @@ type AgentSettings struct {
 type ConfigRef struct {
 	Version  string `json:"version"`
 	Checksum string `json:"checksum"`
+}
+
+// Longest version and checksum a server may name (PROTOCOL 13: the
+// server's columns hold 32 and 64 characters).
+const (
+	MaxVersionLen  = 32
+	MaxChecksumLen = 64
+)
+
+// Check refuses a version or checksum that is empty, longer than the
+// server can store, or not printable ASCII without spaces: nothing else
+// is stored, logged or echoed back in a beat.
+func (r ConfigRef) Check() error {
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"version", r.Version, MaxVersionLen}, {"checksum", r.Checksum, MaxChecksumLen}} {
+		if f.v == "" || len(f.v) > f.max {
+			return fmt.Errorf("%s of %d bytes (1 to %d allowed)", f.name, len(f.v), f.max)
+		}
+		for i := 0; i < len(f.v); i++ {
+			if c := f.v[i]; c <= ' ' || c > '~' {
+				return fmt.Errorf("%s has byte 0x%02x at %d (printable ASCII only)", f.name, c, i)
+			}
+		}
+	}
+	return nil
 }
 
 // HeartbeatReply is E2's data.

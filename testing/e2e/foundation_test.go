@@ -99,7 +99,7 @@ func TestRegistrationEmptyToken(t *testing.T) {
 	n := newNode(t, cp, map[string]any{"discovery_token": "disc-0123456789abcdef", "server_url": srv.URL})
 	before, _ := os.ReadFile(n.config)
 	n.start()
-	n.waitLog("registration reply carried no node id or token", 30*time.Second)
+	n.waitLog("registration reply carried no usable node id or token", 30*time.Second)
 	after, _ := os.ReadFile(n.config)
 	if string(after) != string(before) {
 		t.Fatalf("agent.json changed:\n%s", after)
