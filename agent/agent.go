@@ -20,6 +20,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/observability"
+	"github.com/openflare/openflare-agent/agent/policy"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/agent/wsclient"
@@ -117,6 +118,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		Store:      store,
 		Paths:      paths,
 		Tree:       landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
+		Policy:     policy.Policy{Trusted: cfg.TemplatePolicy == "trusted", Allowed: cfg.AllowedPaths},
 		Fallback:   o.Fallback,
 		BackupDir:  filepath.Join(stateDir, "apply-backup"),
 		StagingDir: filepath.Join(stateDir, "apply-staging"),

@@ -44,7 +44,13 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 		e.recordFailure(o, false, target)
 		return o
 	}
-	mainText, err := e.Nginx.Main(out.Main)
+	// The owner's policy, before anything reaches nginx (nginx -t runs as
+	// root and executes init Lua). A refusal blocklists the version.
+	rendered := e.Policy.Confine(out.Main)
+	if err := e.Policy.Check(rendered, out.Route); err != nil {
+		return fail(err)
+	}
+	mainText, err := e.Nginx.Main(rendered)
 	if isLocal(err) {
 		return local(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/controlplane"
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/agent/policy"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -77,6 +78,8 @@ type Engine struct {
 	Paths landing.Paths
 	// Tree is the directory layout the nginx workers must be able to use.
 	Tree landing.Tree
+	// Policy is what the node owner lets a server-sent config do.
+	Policy policy.Policy
 	// Fallback is the embedded fallback.conf text.
 	Fallback   string
 	BackupDir  string

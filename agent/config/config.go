@@ -66,6 +66,12 @@ type Config struct {
 	// ("user", "user:group"; not an upstream key). Empty: the template's
 	// user if it exists and is not root, else a system fallback.
 	NginxUser string
+	// TemplatePolicy is "strict" (the default: server configs may not run
+	// code or name paths outside the agent's tree) or "trusted" (upstream's
+	// behaviour). AllowedPaths are directories the owner lets configs name
+	// besides the agent's tree. Neither is an upstream key.
+	TemplatePolicy string
+	AllowedPaths   []string
 }
 
 // Defaults that do not depend on data_dir.
@@ -117,6 +123,8 @@ type file struct {
 	RequestTimeout             json.RawMessage `json:"request_timeout"`
 	MemoryLimit                json.RawMessage `json:"memory_limit"`
 	NginxUser                  *string         `json:"nginx_user"`
+	TemplatePolicy             *string         `json:"template_policy"`
+	AllowedPaths               []string        `json:"allowed_paths"`
 }
 
 // Env lists every environment override, in PROTOCOL 1.1 order.
@@ -347,6 +355,20 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 		return nil, fmt.Errorf("key %q: %w", "memory_limit", err)
 	}
 	c.MemoryLimit = limit
+	c.TemplatePolicy = str(f.TemplatePolicy, "")
+	switch c.TemplatePolicy {
+	case "":
+		c.TemplatePolicy = "strict"
+	case "strict", "trusted":
+	default:
+		return nil, fmt.Errorf("key %q: %q is neither \"strict\" nor \"trusted\"", "template_policy", c.TemplatePolicy)
+	}
+	for _, p := range f.AllowedPaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
+			return nil, fmt.Errorf("key %q: %q is not an absolute directory below /", "allowed_paths", p)
+		}
+		c.AllowedPaths = append(c.AllowedPaths, filepath.Clean(p))
+	}
 	c.NginxUser = str(f.NginxUser, "")
 	if strings.ContainsAny(c.NginxUser, ";{}#\"'\n\\") {
 		return nil, fmt.Errorf("key %q: %q is not a user name or user:group", "nginx_user", c.NginxUser)

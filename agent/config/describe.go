@@ -72,6 +72,8 @@ func (c *Config) Describe() string {
 		{"request_timeout", c.RequestTimeout.String()},
 		{"memory_limit", fmt.Sprintf("%d MiB", c.MemoryLimit>>20)},
 		{"nginx_user", nginxUser(c.NginxUser)},
+		{"template_policy", c.TemplatePolicy},
+		{"allowed_paths", strings.Join(c.AllowedPaths, " ")},
 	}
 	var b strings.Builder
 	for _, r := range rows {

@@ -34,6 +34,10 @@ type Fault struct {
 	Drop bool
 	// Garbage answers 200 with a body that is not JSON.
 	Garbage bool
+	// RedirectTo answers 307 to this base URL plus the request's path (a
+	// hostile or hijacked server sending the agent, and its token,
+	// elsewhere).
+	RedirectTo string
 }
 
 // GarbageBody is the body a Garbage fault sends.
@@ -95,6 +99,8 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault, do
 		s.truncate(w, r, next)
 	case f.Oversize > 0:
 		s.oversize(w, f.Oversize, done)
+	case f.RedirectTo != "":
+		http.Redirect(w, r, strings.TrimRight(f.RedirectTo, "/")+r.URL.Path, http.StatusTemporaryRedirect)
 	case f.Garbage:
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusOK)

@@ -15,7 +15,9 @@ import (
 // run processes, who may open sockets, what stays pure, and that the leaf
 // libraries under internal/ never reach up into agent/.
 var (
-	// render turns a version into text: no disk, network, process or clock.
+	// render turns a version into text and policy judges it: no disk,
+	// network, process or clock.
+	purePkgs      = []string{"agent/render", "agent/policy"}
 	renderForbids = []string{"os", "os/exec", "net", "net/http", "crypto/tls", "syscall", "time", "io/fs", "golang.org/x/sys/unix"}
 	// Only agent/nginx starts processes (nginx -V, -t, the master).
 	processOwners = []string{"agent/nginx"}
@@ -37,8 +39,8 @@ func checkLayers(pkgs []*pkg, root string) []string {
 		}
 		for _, imp := range p.Imports {
 			switch {
-			case rel == "agent/render" && slices.Contains(renderForbids, imp):
-				out = append(out, fmt.Sprintf("%s imports %s: render is pure (no disk, network, process or clock)", rel, imp))
+			case slices.Contains(purePkgs, rel) && slices.Contains(renderForbids, imp):
+				out = append(out, fmt.Sprintf("%s imports %s: it is pure (no disk, network, process or clock)", rel, imp))
 			case imp == "os/exec" && !slices.Contains(processOwners, rel):
 				out = append(out, fmt.Sprintf("%s imports os/exec: only %s starts processes", rel, strings.Join(processOwners, ", ")))
 			case slices.Contains(socketPkgs, imp) && strings.HasPrefix(rel, "agent/") && !slices.Contains(socketOwners, rel):
@@ -90,9 +92,9 @@ func TestLayeringCatchesBadPackages(t *testing.T) {
 	root := modulePath + "/testing/crosstest/testdata/badlayer"
 	got := checkLayers(listImports(t, "./testing/crosstest/testdata/badlayer/..."), root)
 	want := []string{
-		"agent/render imports net: render is pure (no disk, network, process or clock)",
-		"agent/render imports os/exec: render is pure (no disk, network, process or clock)",
-		"agent/render imports time: render is pure (no disk, network, process or clock)",
+		"agent/render imports net: it is pure (no disk, network, process or clock)",
+		"agent/render imports os/exec: it is pure (no disk, network, process or clock)",
+		"agent/render imports time: it is pure (no disk, network, process or clock)",
 		"internal/leaf imports agent/state: internal/ libraries import nothing from agent/",
 	}
 	if !slices.Equal(got, want) {

@@ -1,0 +1,139 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
+)
+
+// Every config the real server rendered (and nginx accepts) passes
+// unchanged: no false refusals.
+func TestFixturesPass(t *testing.T) {
+	root := testsupport.SharedDir(t, "fixtures/render")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		main, err1 := os.ReadFile(filepath.Join(root, e.Name(), "main.conf"))
+		route, err2 := os.ReadFile(filepath.Join(root, e.Name(), "routes.conf"))
+		if err1 != nil || err2 != nil {
+			continue // a render-error fixture
+		}
+		n++
+		if err := (Policy{}).Check(Policy{}.Confine(string(main)), string(route)); err != nil {
+			t.Errorf("%s: %v", e.Name(), err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no rendered fixture found")
+	}
+	t.Logf("%d rendered fixtures pass", n)
+}
+
+const base = "user openflare;\nworker_processes auto;\npid __OPENFLARE_PID_PATH__;\nevents { worker_connections 1024; }\nhttp {\n    include mime.types;\n    map $http_upgrade $connection_upgrade { default upgrade; '' \"\"; }\n%s\n    include __OPENFLARE_ROUTE_CONFIG__;\n}\n"
+
+func withHTTP(line string) string { return strings.Replace(base, "%s", line, 1) }
+
+func TestRefusals(t *testing.T) {
+	cases := []struct {
+		main, route, want string
+	}{
+		{withHTTP(`    init_by_lua_block { io.popen("id") }`), "", "init_by_lua_block: runs Lua code"},
+		{withHTTP(`    access_by_lua 'os.execute("x")';`), "", "access_by_lua: runs Lua code"},
+		{withHTTP(`    content_by_lua_file /tmp/evil.lua;`), "", "not one of the agent's"},
+		{withHTTP(`    log_by_lua_file __OPENFLARE_LUA_DIR__/../../../tmp/x.lua;`), "", "not one of the agent's"},
+		{withHTTP(`    lua_package_path "/tmp/?.lua;;";`), "", "lua_package_path: sets where Lua code"},
+		{withHTTP(`    lua_ssl_trusted_certificate /etc/shadow;`), "", "configures the Lua module"},
+		{withHTTP(`    include /root/secret;`), "", "include: /root/secret is outside"},
+		{withHTTP(`    include ../../etc/passwd;`), "", "climbs out"},
+		{withHTTP(`    error_log /anywhere/x.log;`), "", "error_log: /anywhere/x.log is outside"},
+		{withHTTP(`    access_log /tmp/$host.log;`), "", "built from variables"},
+		{withHTTP(`    proxy_cache_path /etc/../x levels=1:2 keys_zone=c:10m;`), "", "climbs out"},
+		{withHTTP(`    perl_modules /tmp;`), "", "perl_modules: runs code"},
+		{withHTTP(`    js_import /tmp/x.js;`), "", "js_import: runs code"},
+		{withHTTP(`    server { listen 81; location / { proxy_pass http://unix:/var/run/docker.sock:/; } }`), "", "local socket"},
+		{withHTTP(`    server { listen 81; root /etc; }`), "", "root: /etc is outside"},
+		{"load_module /tmp/x.so;\n" + withHTTP(""), "", "load_module: loads a module"},
+		{"env LD_PRELOAD=/tmp/x.so;\n" + withHTTP(""), "", "env: sets the environment"},
+		{strings.Replace(withHTTP(""), "user openflare;", "user root;", 1), "", "user: asks for root workers"},
+		{strings.Replace(withHTTP(""), "pid __OPENFLARE_PID_PATH__;", "pid /run/x.pid;", 1), "", "pid: /run/x.pid is outside"},
+		{withHTTP(""), "server {\n    root \"/etc\";\n}\n", "route config line 2: root: /etc is outside"},
+		{withHTTP(""), "server {\n    root \"__OPENFLARE_PAGES_DIR__/../../etc\";\n}\n", "climbs out"},
+		{withHTTP(`    server {`), "", "not closed"},
+	}
+	for _, tc := range cases {
+		err := (Policy{}).Check(tc.main, tc.route)
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want %q, got %v\n%s%s", tc.want, err, tc.main, tc.route)
+		}
+	}
+}
+
+func TestAllowedAndTrusted(t *testing.T) {
+	ok := []string{
+		withHTTP(`    access_log __OPENFLARE_ACCESS_LOG__ openflare_json;`),
+		withHTTP(`    proxy_cache_path /var/cache/openresty/openflare levels=1:2 keys_zone=c:10m;`),
+		withHTTP(`    lua_shared_dict openflare_waf_config 1m;`),
+		withHTTP(`    init_worker_by_lua_file __OPENFLARE_LUA_DIR__/observability/init.lua;`),
+		withHTTP(`    include conf.d/*.conf;`),
+		withHTTP(`    ssl_certificate data:$cert;`),
+		withHTTP(`    log_format j escape=json '{"a":"$host"}';`),
+	}
+	for _, m := range ok {
+		if err := (Policy{}).Check(m, ""); err != nil {
+			t.Errorf("refused: %v\n%s", err, m)
+		}
+	}
+	outside := withHTTP(`    error_log /srv/logs/x.log;`)
+	if err := (Policy{Allowed: []string{"/srv/logs"}}).Check(outside, ""); err != nil {
+		t.Errorf("allowed_paths not honoured: %v", err)
+	}
+	if err := (Policy{Allowed: []string{"/srv/log"}}).Check(outside, ""); err == nil {
+		t.Error("a sibling of an allowed path passed")
+	}
+	evil := withHTTP(`    init_by_lua_block { io.popen("id") }`)
+	if err := (Policy{Trusted: true}).Check(evil, ""); err != nil {
+		t.Errorf("trusted policy refused: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(withHTTP(`    log_format j '{"a":"$host"}';`))
+	f.Add("a 'b\\'c' \"d\" { e; } # f\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		dirs, err := parse(text)
+		if err == nil && len(dirs) > maxDirectives {
+			t.Fatal("too many directives accepted")
+		}
+		(Policy{}).Check(text, text)
+	})
+}
+
+// A cache directory outside the tree moves inside it; one the owner
+// allows, or a trusted policy, keeps its place.
+func TestConfineCachePath(t *testing.T) {
+	in := withHTTP("    proxy_cache_path /etc levels=1:2 keys_zone=c:10m;")
+	got := Policy{}.Confine(in)
+	if !strings.Contains(got, "proxy_cache_path __OPENFLARE_PROXY_CACHE_PATH__/etc levels=1:2 keys_zone=c:10m;") {
+		t.Fatalf("not confined:\n%s", got)
+	}
+	if err := (Policy{}).Check(got, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := (Policy{Allowed: []string{"/etc"}}).Confine(in); got != in {
+		t.Fatalf("allowed path moved:\n%s", got)
+	}
+	if got := (Policy{Trusted: true}).Confine(in); got != in {
+		t.Fatal("trusted policy moved the cache")
+	}
+	placeholder := withHTTP("    proxy_cache_path __OPENFLARE_PROXY_CACHE_PATH__ levels=1:2 keys_zone=c:10m;")
+	if got := (Policy{}).Confine(placeholder); got != placeholder {
+		t.Fatal("the agent's own cache path moved")
+	}
+}

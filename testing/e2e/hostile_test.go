@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
+)
+
+// A hostile control plane publishes a template that runs Lua at nginx -t
+// time, reads a root-only file and writes a log anywhere: nothing of it
+// happens, the version is refused naming the directive, and the previous
+// config keeps serving.
+func TestHostileTemplateRefused(t *testing.T) {
+	cp := controlPlane(t)
+	n, _ := appV1(t, cp)
+	dir := t.TempDir()
+	pwned := filepath.Join(dir, "pwned")
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("s3cr3t-token\n"), 0o600)
+	for _, evil := range []struct{ line, directive string }{
+		{`    init_by_lua_block { local f = io.open("` + pwned + `", "w") f:write("x") f:close() }`, "init_by_lua_block"},
+		{`    include ` + secret + `;`, "include"},
+		{`    error_log ` + pwned + `.log;`, "error_log"},
+	} {
+		tmpl := strings.Replace(controlplane.StockMainTemplate, "http {\n", "http {\n"+evil.line+"\n", 1)
+		v := publish(t, cp, controlplane.Source{
+			Routes:    []controlplane.Route{proxyRoute(1, "app.test", origin(t, "evil"))},
+			OpenResty: map[string]any{"main_config_template": tmpl, "origin_error_page_enabled": false},
+		})
+		rec := waitApplyLog(t, cp, v.Version, protocol.ResultWarning)
+		if !strings.Contains(rec.Message, "template policy") || !strings.Contains(rec.Message, evil.directive) {
+			t.Fatalf("apply log does not name the refusal: %s", rec.Message)
+		}
+		if strings.Contains(rec.Message, "s3cr3t") {
+			t.Fatal("the secret file's content reached the server")
+		}
+		if st := n.state(); st.Blocked.Version != v.Version {
+			t.Fatalf("refused version not blocklisted: %+v", st)
+		}
+		waitServes(t, "app.test", "/", "origin-ok v1")
+	}
+	for _, p := range []string{pwned, pwned + ".log"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("%s was created", p)
+		}
+	}
+}
+
+// A server that redirects its agent elsewhere gets nothing: the token never
+// reaches the redirect's target, and the agent says why it is not talking.
+func TestRedirectNotFollowed(t *testing.T) {
+	cp := controlPlane(t)
+	n, _ := appV1(t, cp)
+	var mu sync.Mutex
+	var stolen []string
+	thief := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		stolen = append(stolen, r.Header.Get(protocol.TokenHeader))
+		mu.Unlock()
+	}))
+	t.Cleanup(thief.Close)
+	cp.Inject(controlplane.Fault{Path: protocol.PathHeartbeat, RedirectTo: thief.URL, Times: 3})
+	n.waitLog("redirect, not followed", 30*time.Second)
+	// The agent recovers once the server stops redirecting.
+	before := len(cp.Heartbeats())
+	testsupport.WaitFor(t, 60*time.Second, "a heartbeat after the redirects", func() bool { return len(cp.Heartbeats()) > before })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stolen) != 0 {
+		t.Fatalf("the redirect target received %d requests", len(stolen))
+	}
+}
