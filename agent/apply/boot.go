@@ -49,7 +49,11 @@ func (e *Engine) Boot(ctx context.Context) error {
 // on disk, records its version as current again, and has nginx load it. It
 // reports whether there was one.
 func (e *Engine) restoreLeftover(ctx context.Context) (bool, error) {
-	txn, err := landing.Leftover(e.BackupDir)
+	txn, err := landing.Leftover(e.BackupDir, e.Paths.Managed())
+	if errors.Is(err, landing.ErrQuarantined) {
+		e.Log.Warn("a damaged apply backup was set aside, not restored", "err", err)
+		return false, nil
+	}
 	if err != nil || txn == nil {
 		return false, err
 	}

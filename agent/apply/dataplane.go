@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"syscall"
 
 	"github.com/openflare/openflare-agent/agent/landing"
 	"github.com/openflare/openflare-agent/agent/nginx"
@@ -14,12 +15,17 @@ import (
 // isLocal reports whether err is a problem of this node rather than of the
 // version being applied: no usable nginx binary, one that cannot load Lua,
 // a configured worker user that does not exist, workers that cannot reach
-// the agent's files, or a data plane that fails its self-probe. Such a
+// the agent's files, a data plane that fails its self-probe, or a disk
+// that is full, failing or read-only. Such a
 // version is held until the agent restarts, never blocklisted.
 func isLocal(err error) bool {
 	return errors.Is(err, nginx.ErrUnusable) || errors.Is(err, nginx.ErrNoLua) ||
 		errors.Is(err, osuser.ErrUnknownUser) || errors.Is(err, landing.ErrWorkerAccess) ||
-		errors.Is(err, nginx.ErrProbe)
+		errors.Is(err, landing.ErrSymlink) ||
+		errors.Is(err, nginx.ErrProbe) ||
+		// A full, failing or read-only disk is the node's, not the version's.
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EROFS)
 }
 
 // activate makes nginx run the live config (reload, or start) and proves

@@ -1,6 +1,8 @@
 package landing
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,7 +158,7 @@ func TestWriteAndRestoreExactly(t *testing.T) {
 	}
 
 	// Reopen as the next process would after a crash, and restore.
-	pending, err := Leftover(filepath.Join(root, "backup"))
+	pending, err := Leftover(filepath.Join(root, "backup"), p.Managed())
 	must(err)
 	if pending == nil || pending.From() != (protocol.ConfigRef{Version: "v1", Checksum: "c1"}) {
 		t.Fatalf("pending = %+v", pending)
@@ -178,7 +180,7 @@ func TestWriteAndRestoreExactly(t *testing.T) {
 		t.Fatal("operator file touched")
 	}
 	must(txn.Commit())
-	if again, err := Leftover(filepath.Join(root, "backup")); err != nil || again != nil {
+	if again, err := Leftover(filepath.Join(root, "backup"), p.Managed()); err != nil || again != nil {
 		t.Fatalf("backup survived commit: %v %v", again, err)
 	}
 }
@@ -189,11 +191,49 @@ func TestIncompleteBackupIgnored(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "backup")
 	os.MkdirAll(filepath.Join(dir, "files"), 0o750)
 	os.WriteFile(filepath.Join(dir, "files", "0"), []byte("partial"), 0o600)
-	txn, err := Leftover(dir)
+	txn, err := Leftover(dir, nil)
 	if err != nil || txn != nil {
 		t.Fatalf("txn %v err %v", txn, err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatal("incomplete backup not removed")
+	}
+}
+
+// A damaged manifest, or one naming paths outside the managed tree, is set
+// aside: never restored, and never blocking the next apply.
+func TestDamagedBackupQuarantined(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	for name, manifest := range map[string]string{
+		"garbage": `{"from":`,
+		"outside": `{"from":{"version":"v1","checksum":"c"},"entries":[{"path":"/etc/passwd","saved":"0"}]}`,
+		"climbs":  `{"from":{"version":"v1","checksum":"c"},"entries":[{"path":"` + p.CertDir + `/../../../etc/x","saved":"0"}]}`,
+		"managed": `{"from":{"version":"v1","checksum":"c"},"entries":[],"managed":["/"]}`,
+		"saved":   `{"from":{"version":"v1","checksum":"c"},"entries":[{"path":"` + p.Main + `","saved":"../../x"}]}`,
+	} {
+		dir := filepath.Join(root, "backup-"+name)
+		os.MkdirAll(filepath.Join(dir, "files"), 0o700)
+		os.WriteFile(filepath.Join(dir, manifestName), []byte(manifest), 0o600)
+		txn, err := Leftover(dir, p.Managed())
+		if !errors.Is(err, ErrQuarantined) || txn != nil {
+			t.Fatalf("%s: txn %v err %v", name, txn, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s: damaged backup left in place", name)
+		}
+		if again, err := Leftover(dir, p.Managed()); err != nil || again != nil {
+			t.Fatalf("%s: the next apply is still blocked: %v", name, err)
+		}
+	}
+}
+
+func TestPlanLimitsSupportFiles(t *testing.T) {
+	files := make([]protocol.SupportFile, MaxSupportFiles+1)
+	for i := range files {
+		files[i] = protocol.SupportFile{Path: fmt.Sprintf("f%d.crt", i)}
+	}
+	if _, err := Plan(testPaths(t.TempDir()), "m", "r", files); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -58,6 +58,12 @@ func FromConfig(c *config.Config) Paths {
 	}
 }
 
+// Managed are the directories an apply writes files into: what a backup
+// may restore.
+func (p Paths) Managed() []string {
+	return []string{filepath.Dir(p.Main), filepath.Dir(p.Route), p.CertDir, p.LuaDir, p.RuntimeConfigDir}
+}
+
 // tempPaths pairs each nginx *_temp_path directive with its directory
 // under TempDir.
 var tempPaths = [][2]string{

@@ -42,6 +42,11 @@ type Set struct {
 	same map[string]bool
 }
 
+// MaxSupportFiles bounds one version's support files: certificates and
+// templates number in the tens; 200 000 empty files would take minutes to
+// land and to remove.
+const MaxSupportFiles = 10_000
+
 // Plan builds the set for a rendered main config, route config and support
 // files (the renderer's Files), with text already adapted to the binary.
 func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
@@ -53,6 +58,9 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 		File{p.Route, []byte(p.RouteText(routeText)), 0o640},
 	)
 	s.IfMissing = append(s.IfMissing, File{filepath.Join(filepath.Dir(p.Main), "mime.types"), mimeTypes, 0o644})
+	if len(support) > MaxSupportFiles {
+		return nil, fmt.Errorf("%d support files (at most %d)", len(support), MaxSupportFiles)
+	}
 	hasWAF := false
 	for _, f := range support {
 		pl, err := Place(f.Path)

@@ -21,6 +21,11 @@ import (
 // data_dir). It is a problem of this node, not of any version.
 var ErrWorkerAccess = errors.New("nginx workers cannot reach the agent's files")
 
+// ErrSymlink is returned when a directory the agent writes into is reached
+// through a symbolic link inside data_dir: files landed there would go
+// wherever the link points. A problem of this node, not of any version.
+var ErrSymlink = errors.New("a symbolic link inside data_dir")
+
 // Tree is the agent's directory layout, sorted by who needs what: nginx
 // workers read some of it at request time, write some of it (temp files,
 // cache), and must not read the rest (state, backups, configs, keys).
@@ -112,6 +117,11 @@ func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 	if err != nil {
 		return fmt.Errorf("resolve data_dir: %w", err)
 	}
+	for _, d := range t.Paths.Managed() {
+		if link := t.linkBelow(d); link != "" {
+			return fmt.Errorf("%w: %s is a link, and %s lies behind it; the agent writes only into real directories", ErrSymlink, link, d)
+		}
+	}
 	if repair {
 		if err := t.repair(root); err != nil {
 			return err
@@ -156,6 +166,26 @@ func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 		return fmt.Errorf("%w: workers run as %s and cannot traverse %s; make it traversable (chmod o+x) or choose a data_dir they can reach", ErrWorkerAccess, w, strings.Join(parts, "; "))
 	}
 	return nil
+}
+
+// linkBelow returns the first symbolic link on the way from data_dir down
+// to dir (both as configured), or "" (also when dir is not below data_dir:
+// the owner placed it there on purpose).
+func (t Tree) linkBelow(dir string) string {
+	dd := filepath.Clean(t.DataDir)
+	dir = filepath.Clean(dir)
+	rel, err := filepath.Rel(dd, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return ""
+	}
+	p := dd
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, part)
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // within reports whether p is root or below it (both resolved).

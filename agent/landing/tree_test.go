@@ -201,3 +201,19 @@ func TestRepairKeepsStatePrivate(t *testing.T) {
 		t.Fatalf("state dir is %v after repair", m)
 	}
 }
+
+// A managed directory reached through a link inside data_dir is refused:
+// the route file would land wherever the link points.
+func TestPrepareRefusesLinkedConfigDir(t *testing.T) {
+	tr, base := testTree(t)
+	elsewhere := filepath.Join(base, "elsewhere")
+	os.MkdirAll(elsewhere, 0o755)
+	os.MkdirAll(filepath.Dir(filepath.Dir(tr.Paths.Route)), 0o755)
+	if err := os.Symlink(elsewhere, filepath.Dir(tr.Paths.Route)); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Prepare(nobody, false)
+	if !errors.Is(err, ErrSymlink) || !strings.Contains(err.Error(), filepath.Dir(tr.Paths.Route)) {
+		t.Fatalf("err = %v", err)
+	}
+}

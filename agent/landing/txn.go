@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
@@ -153,10 +155,18 @@ func (t *Txn) Commit() error {
 	return os.RemoveAll(t.dir)
 }
 
+// ErrQuarantined reports a leftover backup that could not be trusted (a
+// manifest that does not decode, or names paths outside the managed
+// tree): it was moved aside, not restored, and nothing else was touched.
+var ErrQuarantined = errors.New("apply backup quarantined")
+
 // Leftover opens the backup a crashed or failed apply left behind, if it
 // is complete. An incomplete one (no manifest) is deleted: the live files
-// were never touched.
-func Leftover(dir string) (*Txn, error) {
+// were never touched. Every path its manifest names must lie inside one
+// of roots; otherwise, or when the manifest does not decode, the backup is
+// moved aside as <dir>.corrupt-<unix> and ErrQuarantined returned, so one
+// damaged file can neither block every later apply nor restore anywhere.
+func Leftover(dir string, roots []string) (*Txn, error) {
 	var m manifest
 	data, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -168,8 +178,40 @@ func Leftover(dir string) (*Txn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read backup manifest: %w", err)
 	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("backup manifest %s: %w", dir, err)
+	bad := json.Unmarshal(data, &m)
+	for _, e := range m.Entries {
+		if bad == nil && !inside(e.Path, roots) {
+			bad = fmt.Errorf("entry %q is outside the managed tree", e.Path)
+		}
+		if bad == nil && e.Saved != "" && (strings.ContainsAny(e.Saved, "/\\") || e.Saved == ".." || e.Saved == ".") {
+			bad = fmt.Errorf("entry %q has a bad backup name", e.Path)
+		}
+	}
+	for _, d := range m.Managed {
+		if bad == nil && !inside(d+string(filepath.Separator)+"x", roots) {
+			bad = fmt.Errorf("managed directory %q is outside the managed tree", d)
+		}
+	}
+	if bad != nil {
+		aside := dir + ".corrupt-" + strconv.FormatInt(time.Now().Unix(), 10)
+		if err := os.Rename(dir, aside); err != nil {
+			return nil, fmt.Errorf("move corrupt backup %s aside: %w", dir, err)
+		}
+		return nil, fmt.Errorf("%w: %s moved to %s: %v", ErrQuarantined, dir, aside, bad)
 	}
 	return &Txn{dir: dir, m: m}, nil
+}
+
+// inside reports whether p is a clean absolute path strictly below one of
+// roots.
+func inside(p string, roots []string) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return false
+	}
+	for _, r := range roots {
+		if strings.HasPrefix(p, filepath.Clean(r)+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
