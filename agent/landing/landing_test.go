@@ -237,3 +237,19 @@ func TestPlanLimitsSupportFiles(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// The origin error page never inserts the visitor's Host unescaped, in
+// either of the renderer's two modes.
+func TestErrorPageHostEscaped(t *testing.T) {
+	for _, fixture := range []string{"18-origin-error-get-only", "19-origin-error-all-methods-custom"} {
+		dir := testsupport.SharedDir(t, "fixtures/render/"+fixture)
+		route, err := os.ReadFile(filepath.Join(dir, "routes.conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := testPaths("/x").RouteText(string(route))
+		if !strings.Contains(got, escapeHTML) || strings.Contains(got, `return ngx.var.host or "" end`) || strings.Contains(got, `local host = ngx.var.host or ""`) {
+			t.Errorf("%s: host not escaped:\n%s", fixture, got)
+		}
+	}
+}

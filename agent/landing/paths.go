@@ -209,8 +209,22 @@ func afterHTTPOpen(text, insert string) string {
 	return text
 }
 
-// RouteText turns a rendered route config into the one this node runs.
-func (p Paths) RouteText(text string) string { return p.replacer().Replace(text) }
+// RouteText turns a rendered route config into the one this node runs:
+// placeholders, and the origin error page's {{host}} HTML-escaped (a
+// wildcard domain lets a visitor choose the host name; the server's
+// rendering inserts it as is, and that text is what its checksum covers).
+func (p Paths) RouteText(text string) string {
+	return escapeHost.Replace(p.replacer().Replace(text))
+}
+
+// escapeHTML is Lua that turns the characters HTML gives meaning to into
+// numeric references.
+const escapeHTML = `:gsub("[&<>\"']", function(c) return "&#" .. string.byte(c) .. ";" end)`
+
+var escapeHost = strings.NewReplacer(
+	`local host = ngx.var.host or ""`, `local host = (ngx.var.host or "")`+escapeHTML,
+	`function() return ngx.var.host or "" end`, `function() return ((ngx.var.host or "")`+escapeHTML+`) end`,
+)
 
 // Staged returns paths for validating a version in dir before it touches
 // the live files: config and certificates move, logs and the pid stay.

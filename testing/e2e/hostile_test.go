@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -77,5 +79,49 @@ func TestRedirectNotFollowed(t *testing.T) {
 	defer mu.Unlock()
 	if len(stolen) != 0 {
 		t.Fatalf("the redirect target received %d requests", len(stolen))
+	}
+}
+
+// A visitor picks the host name under a wildcard domain; the origin error
+// page shows it escaped, never as markup.
+func TestErrorPageEscapesHost(t *testing.T) {
+	cp := controlPlane(t)
+	// A raw origin: Go's server would refuse the Host itself.
+	ln := listen(t, "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 4096)
+				c.Read(buf)
+				io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	route := proxyRoute(1, "*.wild.test", "http://"+ln.Addr().String())
+	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{route}})
+	n := newNode(t, cp, nil)
+	n.start()
+	waitApplyLog(t, cp, ref.Version, protocol.ResultSuccess)
+	var body string
+	testsupport.WaitFor(t, 30*time.Second, "the origin error page", func() bool {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:80", 2*time.Second)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x<img>y.wild.test\r\nConnection: close\r\n\r\n")
+		b, _ := io.ReadAll(conn)
+		body = string(b)
+		return strings.Contains(body, " 502 ")
+	})
+	if strings.Contains(body, "x<img>y") || !strings.Contains(body, "x&#60;img&#62;y.wild.test") {
+		t.Fatalf("error page:\n%s", body)
 	}
 }
