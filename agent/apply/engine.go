@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -103,10 +104,50 @@ type Engine struct {
 		at  time.Time
 		err error
 	}
+	// replaced is when each recently running version was replaced, and
+	// returns when an apply went back to one of them.
+	replaced map[protocol.ConfigRef]time.Time
+	returns  []time.Time
+}
+
+// flipFlop reports whether applying target now would be one return too
+// many, forgetting what left the window.
+func (e *Engine) flipFlop(target protocol.ConfigRef) bool {
+	cut := e.now().Add(-applyWindow)
+	for ref, at := range e.replaced {
+		if !at.After(cut) {
+			delete(e.replaced, ref)
+		}
+	}
+	e.returns = slices.DeleteFunc(e.returns, func(at time.Time) bool { return !at.After(cut) })
+	_, back := e.replaced[target]
+	return back && len(e.returns) >= maxReturns
+}
+
+// noteReload records that from was replaced by to.
+func (e *Engine) noteReload(from, to protocol.ConfigRef) {
+	if e.replaced == nil {
+		e.replaced = map[protocol.ConfigRef]time.Time{}
+	}
+	if _, back := e.replaced[to]; back {
+		e.returns = append(e.returns, e.now())
+	}
+	if from != (protocol.ConfigRef{}) {
+		e.replaced[from] = e.now()
+	}
 }
 
 // renderRetry is how long a version that failed to render is left alone.
 const renderRetry = time.Minute
+
+// A server flip-flopping between versions would reload nginx on every
+// beat: a normal apply that goes back to a version replaced less than
+// applyWindow ago is a return, and at most maxReturns are made per window.
+// New versions and startup or force applies are never held back.
+const (
+	applyWindow = time.Minute
+	maxReturns  = 2
+)
 
 func (e *Engine) now() time.Time {
 	if e.Now != nil {
@@ -167,6 +208,9 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if rf := e.renderFailed; target != nil && mode == Normal && rf.ref == *target && e.now().Sub(rf.at) < renderRetry {
 		return rf.err
 	}
+	if mode == Normal && target != nil && e.flipFlop(*target) {
+		return fmt.Errorf("applies rate-limited: the server's version %s went back and forth %d times in the last %s; it waits", target.Version, len(e.returns), applyWindow)
+	}
 	ac, err := e.CP.ActiveConfig(ctx)
 	if err != nil {
 		if target == nil && controlplane.NoActiveVersion(err) {
@@ -190,6 +234,9 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	}
 	prev := e.Store.Get().Current
 	outcome := e.land(ctx, fetched, out, mode != Normal)
+	if outcome.Reloaded {
+		e.noteReload(prev, fetched)
+	}
 	if sum := out.Checksum(); sum != ac.Checksum {
 		e.Log.Warn("rendered checksum differs from the server's; applied anyway", "version", ac.Version, "rendered", sum, "server", ac.Checksum)
 		if outcome.Result == protocol.ResultSuccess {

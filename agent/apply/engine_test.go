@@ -610,3 +610,35 @@ func TestModeNames(t *testing.T) {
 		t.Fatal(Normal, Startup, Force)
 	}
 }
+
+// A server flip-flopping between two versions gets a bounded number of
+// reloads per minute; the version waits, and applies once the minute
+// moves. New versions are never held back.
+func TestFlipFlopRateLimited(t *testing.T) {
+	r := newRig(t)
+	a, b := version(t, "va", "a", ""), version(t, "vb", "b", "")
+	seq := []protocol.ActiveConfig{a, b, a, b} // two returns: a, then b
+	for i, v := range seq {
+		if err := r.publish(v, Normal); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+		r.now = r.now.Add(time.Second)
+	}
+	acts := r.ng.activations
+	err := r.publish(a, Normal) // a third return within the minute
+	if err == nil || !strings.Contains(err.Error(), "rate-limited") || r.ng.activations != acts {
+		t.Fatalf("flip-flop not limited: %v (activations %d→%d)", err, acts, r.ng.activations)
+	}
+	// A new version is not a flip-flop.
+	if err := r.publish(version(t, "vc", "c", ""), Normal); err != nil {
+		t.Fatalf("new version held back: %v", err)
+	}
+	// A force apply is the operator's: not limited.
+	if err := r.publish(a, Force); err != nil || r.state().Current.Version != "va" {
+		t.Fatalf("force: %v", err)
+	}
+	r.now = r.now.Add(applyWindow)
+	if err := r.publish(b, Normal); err != nil || r.state().Current.Version != "vb" {
+		t.Fatalf("after the window: %v", err)
+	}
+}

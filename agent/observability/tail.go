@@ -187,17 +187,23 @@ func (t *tailer) nextFrom(maxLines int) batch {
 // pathFile returns the file currently at the path (nil if there is none)
 // with its identity. A descriptor already open for that identity is reused.
 func (t *tailer) pathFile() (*os.File, fileID, error) {
-	fi, err := os.Stat(t.path)
+	// Lstat and O_NOFOLLOW: a link at the log's path (to a root-only
+	// file, say) is never followed, so nothing but nginx's own log is
+	// uploaded.
+	fi, err := os.Lstat(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fileID{}, nil
 	}
 	if err != nil {
 		return nil, fileID{}, fmt.Errorf("stat access log: %w", err)
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, fileID{}, fmt.Errorf("access log %s is not a regular file (%v); not read", t.path, fi.Mode().Type())
+	}
 	if id := idOf(fi); t.files[id] != nil {
 		return t.files[id], id, nil
 	}
-	f, err := os.Open(t.path)
+	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fileID{}, nil
 	}

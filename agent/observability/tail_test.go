@@ -359,3 +359,19 @@ func TestTailLostFile(t *testing.T) {
 		t.Fatalf("events %+v after the commit", b.events)
 	}
 }
+
+// A link at the access log's path is never followed: a root-only file it
+// points to is not uploaded.
+func TestTailRefusesLink(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte(numbered(0)+numbered(1)), 0o600)
+	path := filepath.Join(dir, "access.log")
+	if err := os.Symlink(secret, path); err != nil {
+		t.Fatal(err)
+	}
+	tl := testTailer(t, path, Cursor{})
+	if b := tl.next(100); len(b.lines) != 0 {
+		t.Fatalf("read %d lines through a link", len(b.lines))
+	}
+}
