@@ -92,6 +92,9 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		work:      newWorkQueue(),
 		statusNow: make(chan struct{}, 1),
 	}
+	// An E4 reply costs a few times its size while it is decoded and
+	// rendered: half the memory limit keeps the agent within it.
+	a.cp.ActiveCap = max(cfg.MemoryLimit/2, 4<<20)
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)

@@ -104,6 +104,12 @@ type Engine struct {
 		at  time.Time
 		err error
 	}
+	// fetchFailed backs off fetching after E4 failures (a reply too large,
+	// cut, or not JSON): each costs the whole reply again.
+	fetchFailed struct {
+		n  int
+		at time.Time
+	}
 	// replaced is when each recently running version was replaced, and
 	// returns when an apply went back to one of them.
 	replaced map[protocol.ConfigRef]time.Time
@@ -139,6 +145,12 @@ func (e *Engine) noteReload(from, to protocol.ConfigRef) {
 
 // renderRetry is how long a version that failed to render is left alone.
 const renderRetry = time.Minute
+
+// fetchBackoff is how long a normal apply waits after n failed fetches in
+// a row: 2 s, doubling, at most 5 minutes.
+func fetchBackoff(n int) time.Duration {
+	return min(time.Second<<min(n, 10), 5*time.Minute)
+}
 
 // A server flip-flopping between versions would reload nginx on every
 // beat: a normal apply that goes back to a version replaced less than
@@ -211,7 +223,15 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if mode == Normal && target != nil && e.flipFlop(*target) {
 		return fmt.Errorf("applies rate-limited: the server's version %s went back and forth %d times in the last %s; it waits", target.Version, len(e.returns), applyWindow)
 	}
+	if ff := e.fetchFailed; mode == Normal && ff.n > 0 && e.now().Before(ff.at.Add(fetchBackoff(ff.n))) {
+		return fmt.Errorf("fetch active config: retried after %s (failed %d times)", fetchBackoff(ff.n), ff.n)
+	}
 	ac, err := e.CP.ActiveConfig(ctx)
+	if err != nil && !controlplane.NoActiveVersion(err) {
+		e.fetchFailed.n, e.fetchFailed.at = e.fetchFailed.n+1, e.now()
+	} else {
+		e.fetchFailed.n = 0
+	}
 	if err != nil {
 		if target == nil && controlplane.NoActiveVersion(err) {
 			// No active version on the server: keep serving what we have.

@@ -642,3 +642,28 @@ func TestFlipFlopRateLimited(t *testing.T) {
 		t.Fatalf("after the window: %v", err)
 	}
 }
+
+// A reply that fails to fetch (too large, cut, not JSON) is not asked for
+// again on every beat: the retries back off.
+func TestFetchFailuresBackOff(t *testing.T) {
+	r := newRig(t)
+	r.cp.err = errors.New("active config: reply exceeds 16 MiB: reply too large")
+	v := &protocol.ConfigRef{Version: "v1", Checksum: "c1"}
+	for i := 0; i < 5; i++ {
+		r.e.Apply(context.Background(), v, Normal)
+	}
+	if r.cp.fetches != 1 {
+		t.Fatalf("%d fetches in a burst of beats, want 1", r.cp.fetches)
+	}
+	r.now = r.now.Add(fetchBackoff(1))
+	r.e.Apply(context.Background(), v, Normal)
+	if r.cp.fetches != 2 {
+		t.Fatalf("not retried after the back-off (%d fetches)", r.cp.fetches)
+	}
+	// A force apply asks at once; success resets the back-off.
+	r.cp.err = nil
+	r.cp.active = version(t, "v1", "one", "")
+	if err := r.publish(r.cp.active, Force); err != nil || r.e.fetchFailed.n != 0 {
+		t.Fatalf("force: %v, failures %d", err, r.e.fetchFailed.n)
+	}
+}

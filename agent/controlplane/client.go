@@ -31,6 +31,11 @@ const (
 
 // Client talks to one control plane.
 type Client struct {
+	// ActiveCap bounds the E4 reply (CapActive unless set): the agent sets
+	// it from memory_limit, since decoding a reply costs a few times its
+	// size in memory.
+	ActiveCap int64
+
 	base    string
 	http    *http.Client
 	agentUA string
@@ -156,7 +161,11 @@ func (c *Client) Heartbeat(ctx context.Context, p *protocol.NodePayload) (protoc
 // ActiveConfig is E4.
 func (c *Client) ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error) {
 	var r protocol.ActiveConfig
-	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, CapActive)
+	limit := int64(CapActive)
+	if c.ActiveCap > 0 {
+		limit = min(limit, c.ActiveCap)
+	}
+	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, limit)
 	return r, err
 }
 
