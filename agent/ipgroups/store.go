@@ -336,6 +336,10 @@ func (s *Store) verifyGroups(groups []protocol.WAFIPGroup, wanted func(key strin
 	var rejected []Rejection
 	for _, g := range groups {
 		key := idKey(g.ID)
+		if g.Malformed != "" {
+			rejected = append(rejected, Rejection{ID: g.ID, Reason: "malformed: " + g.Malformed})
+			continue
+		}
 		if !wanted(key) {
 			s.log.Debug("ip group ignored: not in the snapshot or not referenced", "id", g.ID)
 			continue

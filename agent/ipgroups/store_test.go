@@ -3,6 +3,7 @@ package ipgroups
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -575,4 +576,21 @@ func TestLargeIDs(t *testing.T) {
 			t.Errorf("parseKey(%q) accepted", key)
 		}
 	}
+}
+
+// One wrong-typed element is rejected alone: the reply's other groups land.
+func TestMalformedGroupRejectedAlone(t *testing.T) {
+	g3 := group(3, true, "198.51.100.7")
+	s, dir := seed(t, g3, group(4, true, "198.51.100.8"))
+	g3b := group(3, true, "198.51.100.9")
+	good, _ := json.Marshal(g3b)
+	var groups []protocol.WAFIPGroup
+	if err := json.Unmarshal([]byte(`[`+string(good)+`,{"id":4,"enabled":"yes","ip_list":[1]},{"id":-1}]`), &groups); err != nil {
+		t.Fatalf("one bad element failed the whole list: %v", err)
+	}
+	res, err := s.Push(groups)
+	if err != nil || !slices.Equal(res.Landed, []uint64{3}) || len(res.Rejected) != 2 || !strings.Contains(res.Rejected[0].Reason, "malformed") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	assertSnapshot(t, dir, g3b, group(4, true, "198.51.100.8"))
 }

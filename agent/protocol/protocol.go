@@ -247,6 +247,31 @@ type WAFIPGroup struct {
 	Enabled  bool     `json:"enabled"`
 	IPList   []string `json:"ip_list"`
 	Checksum string   `json:"checksum"`
+	// Malformed says why the element did not decode (a wrong-typed field,
+	// say); it is then rejected alone, not the whole reply with it.
+	Malformed string `json:"-"`
+}
+
+// UnmarshalJSON decodes one group and never fails on its content: a bad
+// element is marked Malformed (with the id when one can be read), so one
+// wrong-typed field costs that group, not the heartbeat carrying it.
+func (g *WAFIPGroup) UnmarshalJSON(b []byte) error {
+	type plain WAFIPGroup
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		var id struct {
+			ID uint64 `json:"id"`
+		}
+		json.Unmarshal(b, &id)
+		msg := err.Error()
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		*g = WAFIPGroup{ID: id.ID, Malformed: msg}
+		return nil
+	}
+	*g = WAFIPGroup(p)
+	return nil
 }
 
 // IPGroupSyncRequest is E6's body.
