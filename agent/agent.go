@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -93,8 +94,10 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		statusNow: make(chan struct{}, 1),
 	}
 	// An E4 reply costs a few times its size while it is decoded and
-	// rendered: half the memory limit keeps the agent within it.
-	a.cp.ActiveCap = max(cfg.MemoryLimit/2, 4<<20)
+	// rendered: it may not exceed the memory limit in force (GOMEMLIMIT
+	// or memory_limit), nor fall below 16 MiB, which real configs never
+	// approach.
+	a.cp.ActiveCap = max(debug.SetMemoryLimit(-1), 16<<20)
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)

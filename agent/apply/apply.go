@@ -45,10 +45,22 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 		return o
 	}
 	// The owner's policy, before anything reaches nginx (nginx -t runs as
-	// root and executes init Lua). A refusal blocklists the version.
+	// root and executes init Lua), on the text as rendered and as adapted:
+	// adapting rewrites whole lines, which must not change what nginx reads.
+	// A refusal is held, not blocklisted: the owner may change the policy
+	// and restart the agent.
+	refuse := func(err error) Outcome {
+		e.held = target
+		cause := fmt.Errorf("apply version %s: %w", target.Version, err)
+		e.Log.Error("version refused by the template policy", "version", target.Version, "err", err)
+		o := e.keepServing(ctx, false, cause, nil)
+		o.Message += " (held until the agent restarts; template_policy and allowed_paths in agent.json decide what a server config may do)"
+		e.recordFailure(o, false, target)
+		return o
+	}
 	rendered := e.Policy.Confine(out.Main)
 	if err := e.Policy.Check(rendered, out.Route); err != nil {
-		return fail(err)
+		return refuse(err)
 	}
 	mainText, err := e.Nginx.Main(rendered)
 	if isLocal(err) {
@@ -56,6 +68,9 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	}
 	if err != nil {
 		return fail(err)
+	}
+	if err := e.Policy.CheckAdapted(mainText, e.Nginx.Modules()); err != nil {
+		return refuse(err)
 	}
 	// An earlier rollback that could not restore its backup left it on
 	// disk: put it back before touching anything again.

@@ -56,6 +56,8 @@ type Nginx interface {
 	Main(rendered string) (string, error)
 	FallbackMain(text string) (string, error)
 	Route(rendered string) string
+	// Modules are the load_module paths Main adds (the Lua module).
+	Modules() []string
 	// Workers is who the workers of a main config run as.
 	Workers(mainText string, fallback bool) (osuser.Identity, error)
 	// Test validates a config file (nginx -t).
@@ -107,8 +109,9 @@ type Engine struct {
 	// fetchFailed backs off fetching after E4 failures (a reply too large,
 	// cut, or not JSON): each costs the whole reply again.
 	fetchFailed struct {
-		n  int
-		at time.Time
+		ref protocol.ConfigRef // the target that failed (zero: none named)
+		n   int
+		at  time.Time
 	}
 	// replaced is when each recently running version was replaced, and
 	// returns when an apply went back to one of them.
@@ -223,12 +226,20 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if mode == Normal && target != nil && e.flipFlop(*target) {
 		return fmt.Errorf("applies rate-limited: the server's version %s went back and forth %d times in the last %s; it waits", target.Version, len(e.returns), applyWindow)
 	}
-	if ff := e.fetchFailed; mode == Normal && ff.n > 0 && e.now().Before(ff.at.Add(fetchBackoff(ff.n))) {
+	if ff := e.fetchFailed; mode == Normal && ff.n > 0 && (target == nil || *target == ff.ref) && e.now().Before(ff.at.Add(fetchBackoff(ff.n))) {
 		return fmt.Errorf("fetch active config: retried after %s (failed %d times)", fetchBackoff(ff.n), ff.n)
 	}
 	ac, err := e.CP.ActiveConfig(ctx)
 	if err != nil && !controlplane.NoActiveVersion(err) {
-		e.fetchFailed.n, e.fetchFailed.at = e.fetchFailed.n+1, e.now()
+		// A newly published version starts its own count.
+		var ref protocol.ConfigRef
+		if target != nil {
+			ref = *target
+		}
+		if ref != e.fetchFailed.ref {
+			e.fetchFailed.n = 0
+		}
+		e.fetchFailed.ref, e.fetchFailed.n, e.fetchFailed.at = ref, e.fetchFailed.n+1, e.now()
 	} else {
 		e.fetchFailed.n = 0
 	}
@@ -254,7 +265,7 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	}
 	prev := e.Store.Get().Current
 	outcome := e.land(ctx, fetched, out, mode != Normal)
-	if outcome.Reloaded {
+	if outcome.Reloaded && prev != fetched {
 		e.noteReload(prev, fetched)
 	}
 	if sum := out.Checksum(); sum != ac.Checksum {

@@ -91,6 +91,7 @@ func (n *fakeNginx) Main(text string) (string, error) {
 }
 func (n *fakeNginx) FallbackMain(text string) (string, error) { return text, nil }
 func (n *fakeNginx) Route(text string) string                 { return text }
+func (n *fakeNginx) Modules() []string                        { return nil }
 func (n *fakeNginx) Workers(_ string, fallback bool) (osuser.Identity, error) {
 	if n.workersErr != nil && !fallback {
 		return osuser.Identity{}, n.workersErr
@@ -665,5 +666,56 @@ func TestFetchFailuresBackOff(t *testing.T) {
 	r.cp.active = version(t, "v1", "one", "")
 	if err := r.publish(r.cp.active, Force); err != nil || r.e.fetchFailed.n != 0 {
 		t.Fatalf("force: %v, failures %d", err, r.e.fetchFailed.n)
+	}
+}
+
+// A config the owner's policy refuses never reaches nginx (not even -t):
+// held in memory, not blocklisted on disk, so a policy change and a
+// restart let it apply.
+func TestPolicyRefusalHeld(t *testing.T) {
+	r := newRig(t)
+	if err := r.publish(version(t, "v1", "one", ""), Normal); err != nil {
+		t.Fatal(err)
+	}
+	evil := version(t, "v2", "two", `    init_by_lua_block { os.execute("id") }`)
+	err := r.publish(evil, Normal)
+	if err == nil || !strings.Contains(err.Error(), "template policy") {
+		t.Fatalf("err %v", err)
+	}
+	l := r.cp.lastLog(t)
+	if l.Result != protocol.ResultWarning || !strings.Contains(l.Message, "init_by_lua_block") || !strings.Contains(l.Message, "held") {
+		t.Fatalf("apply log %+v", l)
+	}
+	if st := r.state(); st.Blocked != (protocol.ConfigRef{}) || st.Current.Version != "v1" {
+		t.Fatalf("state %+v", st)
+	}
+	fetches := r.cp.fetches
+	r.publish(evil, Normal)
+	if r.cp.fetches != fetches {
+		t.Fatal("a held version was fetched again")
+	}
+	// A trusting owner (after a restart: a new engine) applies it.
+	r.e.held = protocol.ConfigRef{}
+	r.e.Policy.Trusted = true
+	if err := r.publish(evil, Normal); err != nil || r.state().Current.Version != "v2" {
+		t.Fatalf("trusted: %v", err)
+	}
+}
+
+// The fetch back-off belongs to the version that failed: a newly
+// published one is fetched at once.
+func TestFetchBackOffPerVersion(t *testing.T) {
+	r := newRig(t)
+	r.cp.err = errors.New("active config: reply too large")
+	x := &protocol.ConfigRef{Version: "vx", Checksum: "cx"}
+	r.e.Apply(context.Background(), x, Normal)
+	r.e.Apply(context.Background(), x, Normal)
+	if r.cp.fetches != 1 {
+		t.Fatalf("%d fetches of the failing version", r.cp.fetches)
+	}
+	y := &protocol.ConfigRef{Version: "vy", Checksum: "cy"}
+	r.e.Apply(context.Background(), y, Normal)
+	if r.cp.fetches != 2 {
+		t.Fatal("a new version waited for the old one's back-off")
 	}
 }

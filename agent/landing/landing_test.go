@@ -253,3 +253,22 @@ func TestErrorPageHostEscaped(t *testing.T) {
 		}
 	}
 }
+
+// Configured paths need not be clean or absolute: a valid backup under a
+// cert_dir written with a trailing slash, or a relative data_dir, is
+// restored, not quarantined.
+func TestLeftoverUncleanRoots(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	os.MkdirAll(p.CertDir, 0o755)
+	os.WriteFile(p.CertDir+"/1.crt", []byte("OLD"), 0o644)
+	dir := filepath.Join(root, "backup")
+	if _, err := Begin(dir, protocol.ConfigRef{Version: "v1", Checksum: "c"}, protocol.ConfigRef{Version: "v2", Checksum: "c"}, []string{p.CertDir + "/1.crt"}, []string{p.CertDir}); err != nil {
+		t.Fatal(err)
+	}
+	p.CertDir += "/"
+	txn, err := Leftover(dir, p.Managed())
+	if err != nil || txn == nil {
+		t.Fatalf("txn %v err %v", txn, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -179,6 +180,11 @@ func Leftover(dir string, roots []string) (*Txn, error) {
 		return nil, fmt.Errorf("read backup manifest: %w", err)
 	}
 	bad := json.Unmarshal(data, &m)
+	clean := make([]string, len(roots))
+	for i, r := range roots {
+		clean[i] = filepath.Clean(r)
+	}
+	roots = clean
 	for _, e := range m.Entries {
 		if bad == nil && !inside(e.Path, roots) {
 			bad = fmt.Errorf("entry %q is outside the managed tree", e.Path)
@@ -188,7 +194,7 @@ func Leftover(dir string, roots []string) (*Txn, error) {
 		}
 	}
 	for _, d := range m.Managed {
-		if bad == nil && !inside(d+string(filepath.Separator)+"x", roots) {
+		if bad == nil && !inside(filepath.Join(d, "x"), roots) {
 			bad = fmt.Errorf("managed directory %q is outside the managed tree", d)
 		}
 	}
@@ -202,14 +208,15 @@ func Leftover(dir string, roots []string) (*Txn, error) {
 	return &Txn{dir: dir, m: m}, nil
 }
 
-// inside reports whether p is a clean absolute path strictly below one of
-// roots.
+// inside reports whether p, without any ".." segment, lies strictly below
+// one of roots (clean).
 func inside(p string, roots []string) bool {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+	if slices.Contains(strings.Split(filepath.ToSlash(p), "/"), "..") {
 		return false
 	}
+	p = filepath.Clean(p)
 	for _, r := range roots {
-		if strings.HasPrefix(p, filepath.Clean(r)+string(filepath.Separator)) {
+		if strings.HasPrefix(p, r+string(filepath.Separator)) {
 			return true
 		}
 	}

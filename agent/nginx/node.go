@@ -30,6 +30,15 @@ func (n Node) Workers(mainText string, fallback bool) (osuser.Identity, error) {
 	return a.Worker(TemplateUser(mainText))
 }
 
+// Modules are the load_module paths Main adds: the Lua module (and NDK)
+// when the binary does not build it in.
+func (n Node) Modules() []string {
+	if n.Ctl.Caps.LuaBuiltin {
+		return nil
+	}
+	return n.Ctl.Caps.LuaModules
+}
+
 // Usable is nil: this binary runs.
 func (Node) Usable() error { return nil }
 
@@ -46,6 +55,7 @@ func (u Unusable) Usable() error                                 { return u.err(
 func (u Unusable) Main(string) (string, error)                   { return "", u.err() }
 func (u Unusable) FallbackMain(string) (string, error)           { return "", u.err() }
 func (u Unusable) Route(text string) string                      { return text }
+func (u Unusable) Modules() []string                             { return nil }
 func (u Unusable) Workers(string, bool) (osuser.Identity, error) { return osuser.Identity{}, u.err() }
 func (u Unusable) Test(context.Context, string) error            { return u.err() }
 func (u Unusable) Activate(context.Context) error                { return u.err() }

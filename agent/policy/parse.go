@@ -54,6 +54,17 @@ func parse(text string) ([]directive, error) {
 				i++
 			}
 			i--
+		case c == '\\':
+			// An escape takes the next byte into the word, quoted or not,
+			// as nginx's lexer does.
+			inWord = true
+			if i+1 < len(text) {
+				i++
+				if text[i] == '\n' {
+					line++
+				}
+				word.WriteByte(text[i])
+			}
 		case c == '"' || c == '\'':
 			if inWord {
 				word.WriteByte(c)
@@ -73,9 +84,16 @@ func parse(text string) ([]directive, error) {
 			if j >= len(text) {
 				return nil, fmt.Errorf("line %d: unterminated quote", start)
 			}
+			// nginx wants a space, ';' or '{' after a closing quote.
+			if j+1 < len(text) && !strings.ContainsRune(" \t\r\n;{", rune(text[j+1])) {
+				return nil, fmt.Errorf("line %d: unexpected %q after a quoted word", line, text[j+1])
+			}
 			inWord = true
 			i = j
 			end()
+		case c == '{' && inWord && strings.HasSuffix(word.String(), "$"):
+			// ${name}: part of the word.
+			word.WriteByte(c)
 		case c == ';' || c == '{':
 			end()
 			if !cur.named {

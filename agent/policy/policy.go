@@ -12,6 +12,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -37,24 +39,56 @@ func (p Policy) Check(mainText, routeText string) error {
 	if p.Trusted {
 		return nil
 	}
+	if err := p.checkMain(mainText, false, nil); err != nil {
+		return err
+	}
+	// The route config is the agent's own rendering of validated fields;
+	// only the Pages root (local_root) and aliases carry server paths.
+	for i, line := range strings.Split(routeText, "\n") {
+		t := strings.TrimSpace(line)
+		if !strings.HasPrefix(t, "root") && !strings.HasPrefix(t, "alias") {
+			continue
+		}
+		dirs, err := parse(t)
+		if err != nil || len(dirs) != 1 || (dirs[0].name != "root" && dirs[0].name != "alias") {
+			continue // a Lua line that merely starts with the word
+		}
+		d := dirs[0]
+		if len(d.args) != 1 {
+			return fmt.Errorf("%w: route config line %d: %s: %d arguments", ErrRefused, i+1, d.name, len(d.args))
+		}
+		if why := p.path(d.name, d.args[0]); why != "" {
+			return fmt.Errorf("%w: route config line %d: %s: %s", ErrRefused, i+1, d.name, why)
+		}
+	}
+	return nil
+}
+
+// CheckAdapted reviews the main config once the agent adapted it to the
+// binary (agent/nginx): adapting rewrites and drops whole lines, which
+// must not change what nginx reads. modules are the load_module paths the
+// agent itself adds; the user line is the agent's own choice.
+func (p Policy) CheckAdapted(mainText string, modules []string) error {
+	if p.Trusted {
+		return nil
+	}
+	return p.checkMain(mainText, true, modules)
+}
+
+func (p Policy) checkMain(mainText string, adapted bool, modules []string) error {
 	dirs, err := parse(mainText)
 	if err != nil {
 		return fmt.Errorf("%w: main config: %v", ErrRefused, err)
 	}
 	for _, d := range dirs {
-		if why := p.directive(d); why != "" {
-			return fmt.Errorf("%w: main config line %d: %s: %s", ErrRefused, d.line, d.name, why)
-		}
-	}
-	// The route config is the agent's own rendering of validated fields;
-	// only the Pages root (local_root) and aliases carry server paths.
-	for i, line := range strings.Split(routeText, "\n") {
-		f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(line), ";"))
-		if len(f) != 2 || (f[0] != "root" && f[0] != "alias") {
+		switch {
+		case adapted && d.name == "load_module" && len(d.args) == 1 && slices.Contains(modules, d.args[0]):
+			continue
+		case adapted && d.name == "user":
 			continue
 		}
-		if why := p.path(unquote(f[1]), false); why != "" {
-			return fmt.Errorf("%w: route config line %d: %s: %s", ErrRefused, i+1, f[0], why)
+		if why := p.directive(d); why != "" {
+			return fmt.Errorf("%w: main config line %d: %s: %s", ErrRefused, d.line, d.name, why)
 		}
 	}
 	return nil
@@ -71,18 +105,45 @@ var refused = map[string]string{
 	"lua_package_cpath": "sets where native Lua modules are loaded from",
 }
 
-// pathArgs are the directives whose first argument names a file or
-// directory.
-var pathArgs = map[string]bool{
-	"include": true, "error_log": true, "access_log": true, "pid": true,
-	"client_body_temp_path": true, "proxy_temp_path": true, "fastcgi_temp_path": true, "uwsgi_temp_path": true, "scgi_temp_path": true,
-	"proxy_cache_path": true, "fastcgi_cache_path": true, "uwsgi_cache_path": true, "scgi_cache_path": true,
-	"root": true, "alias": true, "auth_basic_user_file": true, "proxy_store": true,
-	"ssl_certificate": true, "ssl_certificate_key": true, "ssl_trusted_certificate": true, "ssl_client_certificate": true,
-	"ssl_dhparam": true, "ssl_crl": true, "ssl_stapling_file": true, "ssl_session_ticket_key": true, "ssl_password_file": true,
-	"proxy_ssl_certificate": true, "proxy_ssl_certificate_key": true, "proxy_ssl_trusted_certificate": true, "proxy_ssl_crl": true, "proxy_ssl_password_file": true,
-	"grpc_ssl_certificate": true, "grpc_ssl_certificate_key": true, "grpc_ssl_trusted_certificate": true,
-	"uwsgi_ssl_certificate": true, "uwsgi_ssl_certificate_key": true, "uwsgi_ssl_trusted_certificate": true,
+// pathRules are the directives whose first argument names a file or
+// directory, with the placeholders (or literals) each may use: every path
+// the agent manages is one placeholder, so a log cannot be pointed at a
+// Lua file or an include at a server-shipped support file.
+var pathRules = map[string][]string{
+	"include":    {"__OPENFLARE_ROUTE_CONFIG__", "mime.types"},
+	"access_log": {"__OPENFLARE_ACCESS_LOG__"},
+	"error_log":  {"__OPENFLARE_ERROR_LOG__"},
+	"pid":        {"__OPENFLARE_PID_PATH__", "logs/nginx.pid"},
+	"root":       {"__OPENFLARE_PAGES_DIR__/", "__OPENFLARE_PAGES_DIR__"},
+	"alias":      {"__OPENFLARE_POW_STATIC_DIR__/", "__OPENFLARE_SW_DIR__/", "__OPENFLARE_PAGES_DIR__/"},
+}
+
+// tempPath, cachePath and certPath directives share a rule.
+var (
+	tempPathRule  = []string{"__OPENFLARE_NGINX_CACHE_DIR__/"}
+	cachePathRule = []string{"__OPENFLARE_PROXY_CACHE_PATH__", "__OPENFLARE_PROXY_CACHE_PATH__-", "/var/cache/openresty"}
+	certPathRule  = []string{"__OPENFLARE_CERT_DIR__/"}
+	noAgentPath   = []string{}
+)
+
+// rule returns the placeholders a path directive may use, and whether the
+// directive takes a path at all.
+func rule(name string) ([]string, bool) {
+	switch {
+	case pathRules[name] != nil:
+		return pathRules[name], true
+	case strings.HasSuffix(name, "_temp_path"):
+		return tempPathRule, true
+	case strings.HasSuffix(name, "_cache_path"):
+		return cachePathRule, true
+	case (strings.HasPrefix(name, "ssl_") || strings.Contains(name, "_ssl_")) &&
+		(strings.HasSuffix(name, "_certificate") || strings.HasSuffix(name, "_certificate_key") || strings.HasSuffix(name, "_file") ||
+			strings.HasSuffix(name, "_dhparam") || strings.HasSuffix(name, "_crl") || strings.HasSuffix(name, "_key")):
+		return certPathRule, true
+	case name == "auth_basic_user_file" || name == "proxy_store":
+		return noAgentPath, true
+	}
+	return nil, false
 }
 
 // directive returns why d is refused, or "".
@@ -94,7 +155,7 @@ func (p Policy) directive(d directive) string {
 	case strings.HasSuffix(name, "_by_lua_block") || strings.HasSuffix(name, "_by_lua"):
 		return "runs Lua code sent by the server"
 	case strings.HasSuffix(name, "_by_lua_file"):
-		if len(d.args) == 0 || !strings.HasPrefix(d.args[0], "__OPENFLARE_LUA_DIR__/") || hasDotDot(d.args[0]) {
+		if len(d.args) != 1 || !agentLuaFile(d.args[0]) {
 			return "runs a Lua file that is not one of the agent's"
 		}
 	case strings.HasPrefix(name, "lua_") && name != "lua_shared_dict":
@@ -105,35 +166,50 @@ func (p Policy) directive(d directive) string {
 		return "asks for root workers (set nginx_user in agent.json to allow that)"
 	}
 	for _, a := range d.args {
-		if strings.HasPrefix(a, "unix:") || strings.Contains(a, "://unix:") {
+		// nginx parses URLs case-insensitively.
+		if l := strings.ToLower(a); strings.HasPrefix(l, "unix:") || strings.Contains(l, "://unix:") {
 			return "connects to a local socket (" + a + ")"
 		}
 	}
-	if pathArgs[name] && len(d.args) > 0 {
-		return p.path(d.args[0], name == "include")
+	if _, ok := rule(name); ok && len(d.args) > 0 {
+		return p.path(name, d.args[0])
 	}
 	return ""
 }
 
-// path returns why a path argument is refused, or "". Paths are inside
-// the agent's tree when rooted at a placeholder; relative includes resolve
-// in the main config's directory, which is the agent's.
-func (p Policy) path(arg string, include bool) string {
+// agentLuaFile reports whether f is a plain file name under the agent's
+// Lua directory: lower-case words, slashes and .lua, nothing Lua or nginx
+// could read as code or variables.
+func agentLuaFile(f string) bool {
+	rel, ok := strings.CutPrefix(f, "__OPENFLARE_LUA_DIR__/")
+	if !ok || !strings.HasSuffix(rel, ".lua") || hasDotDot(rel) {
+		return false
+	}
+	for i := 0; i < len(rel); i++ {
+		if c := rel[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '/' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// path returns why the path argument of directive name is refused, or "".
+func (p Policy) path(name, arg string) string {
+	allowed, _ := rule(name)
+	l := strings.ToLower(arg)
 	switch {
-	case arg == "off" || arg == "on" || arg == "stderr" || strings.HasPrefix(arg, "syslog:") || strings.HasPrefix(arg, "memory:") || strings.HasPrefix(arg, "data:"):
+	case arg == "off" || arg == "on" || arg == "stderr" || strings.HasPrefix(l, "syslog:") || strings.HasPrefix(l, "memory:") || strings.HasPrefix(arg, "data:"):
 		return ""
 	case hasDotDot(arg):
 		return arg + " climbs out with .."
-	case strings.HasPrefix(arg, "__OPENFLARE_"):
-		// The variable part, if any, comes after the agent's directory.
-		return ""
-	case strings.Contains(arg, "$"):
-		return arg + " is built from variables"
-	// Literals the agent rewrites into its own tree (PROTOCOL 6.2).
-	case arg == "logs/nginx.pid" || arg == "/var/cache/openresty" || strings.HasPrefix(arg, "/var/cache/openresty/"):
-		return ""
-	case include && !filepath.IsAbs(arg):
-		return ""
+	case strings.ContainsAny(arg, "$*?[{"):
+		return arg + " is built from variables or patterns"
+	}
+	for _, a := range allowed {
+		if arg == a || strings.HasSuffix(a, "/") && strings.HasPrefix(arg, a) && safeRel(arg[len(a):]) ||
+			strings.HasSuffix(a, "-") && strings.HasPrefix(arg, a) && safeRel(arg[len(a):]) && !strings.Contains(arg[len(a):], "/") {
+			return ""
+		}
 	}
 	if filepath.IsAbs(arg) {
 		clean := filepath.Clean(arg)
@@ -144,18 +220,28 @@ func (p Policy) path(arg string, include bool) string {
 			}
 		}
 	}
+	if strings.HasPrefix(arg, "__OPENFLARE_") {
+		return arg + " is not where " + name + " may point inside the agent's tree"
+	}
 	return arg + " is outside the agent's tree (allowed_paths in agent.json extends it)"
+}
+
+// safeRel reports whether rel is a plain relative path: letters, digits,
+// '.', '_', '-' and '/', no empty or dot-dot segment.
+func safeRel(rel string) bool {
+	if rel == "" || hasDotDot(rel) {
+		return false
+	}
+	for i := 0; i < len(rel); i++ {
+		if c := rel[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/') {
+			return false
+		}
+	}
+	return true
 }
 
 func hasDotDot(p string) bool {
 	return slices.Contains(strings.Split(p, "/"), "..")
-}
-
-func unquote(s string) string {
-	if len(s) >= 2 && (s[0] == '"' || s[0] == '\'') && s[len(s)-1] == s[0] {
-		return s[1 : len(s)-1]
-	}
-	return s
 }
 
 // cachePaths are the directives whose first argument is a cache directory
@@ -163,10 +249,10 @@ func unquote(s string) string {
 var cachePaths = map[string]bool{"proxy_cache_path": true, "fastcgi_cache_path": true, "uwsgi_cache_path": true, "scgi_cache_path": true}
 
 // Confine moves a cache directory the server names outside the agent's
-// tree (openresty_config.cache_path) inside it, under the proxy cache
-// directory: a cache is the node's own business, so the version still
-// applies, but nginx never chowns or prunes a directory it was not given.
-// Trusted policies and the owner's allowed_paths keep the path as is.
+// tree (openresty_config.cache_path) inside it, beside the agent's own
+// cache directory: a cache is the node's own business, so the version
+// still applies, but nginx never chowns or prunes a directory it was not
+// given. Trusted policies and the owner's allowed_paths keep the path.
 func (p Policy) Confine(mainText string) string {
 	if p.Trusted {
 		return mainText
@@ -178,11 +264,14 @@ func (p Policy) Confine(mainText string) string {
 			continue
 		}
 		arg := strings.TrimSuffix(f[1], ";")
-		if !filepath.IsAbs(arg) || strings.ContainsAny(arg, "$'\"") || hasDotDot(arg) || p.path(arg, false) == "" {
+		if !filepath.IsAbs(arg) || arg == "/var/cache/openresty" || !safeRel(strings.TrimPrefix(arg, "/")) || p.path(f[0], arg) == "" {
 			continue
 		}
+		// One level, beside the agent's cache: nginx creates only the
+		// last directory of a cache path, and the workers can reach it.
+		sum := sha256.Sum256([]byte(filepath.Clean(arg)))
 		at := strings.Index(l, arg)
-		lines[i] = l[:at] + "__OPENFLARE_PROXY_CACHE_PATH__" + filepath.Clean(arg) + l[at+len(arg):]
+		lines[i] = l[:at] + "__OPENFLARE_PROXY_CACHE_PATH__-" + hex.EncodeToString(sum[:4]) + l[at+len(arg):]
 	}
 	return strings.Join(lines, "")
 }

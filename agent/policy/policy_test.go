@@ -66,6 +66,17 @@ func TestRefusals(t *testing.T) {
 		{withHTTP(""), "server {\n    root \"/etc\";\n}\n", "route config line 2: root: /etc is outside"},
 		{withHTTP(""), "server {\n    root \"__OPENFLARE_PAGES_DIR__/../../etc\";\n}\n", "climbs out"},
 		{withHTTP(`    server {`), "", "not closed"},
+		// Bypass attempts: the policy must read the text as nginx does.
+		{withHTTP("    add_header X a\\ 'b;\n    init_by_lua_block { os.execute('id') }\n    add_header Y a\\ ';"), "", "init_by_lua_block"},
+		{withHTTP(`    init_worker_by_lua_file __OPENFLARE_LUA_DIR__/observability/init.lua")os.execute("id")dofile("/dev/null;`), "", "not one of the agent's"},
+		{withHTTP(`    include __OPENFLARE_CERT_DIR__/evil.conf;`), "", "not where include may point"},
+		{withHTTP(`    include conf.d/*.conf;`), "", "patterns"},
+		{withHTTP(`    access_log __OPENFLARE_LUA_DIR__/waf/check.lua;`), "", "not where access_log may point"},
+		{withHTTP(`    server { listen 81; set $u ".."; root __OPENFLARE_PAGES_DIR__/$u/$u/etc; }`), "", "variables"},
+		{withHTTP(`    server { listen 81; location / { proxy_pass HTTP://UNIX:/var/run/docker.sock:/; } }`), "", "local socket"},
+		{withHTTP(`    server { listen UNIX:/tmp/x.sock; }`), "", "local socket"},
+		{withHTTP(`    add_header X "a"b;`), "", "after a quoted word"},
+		{withHTTP(""), "server {\n    root \"__OPENFLARE_CERT_DIR__/a b/../../../..\";\n}\n", "root"},
 	}
 	for _, tc := range cases {
 		err := (Policy{}).Check(tc.main, tc.route)
@@ -81,12 +92,11 @@ func TestAllowedAndTrusted(t *testing.T) {
 		withHTTP(`    proxy_cache_path /var/cache/openresty/openflare levels=1:2 keys_zone=c:10m;`),
 		withHTTP(`    lua_shared_dict openflare_waf_config 1m;`),
 		withHTTP(`    init_worker_by_lua_file __OPENFLARE_LUA_DIR__/observability/init.lua;`),
-		withHTTP(`    include conf.d/*.conf;`),
 		withHTTP(`    ssl_certificate data:$cert;`),
 		withHTTP(`    log_format j escape=json '{"a":"$host"}';`),
 	}
 	for _, m := range ok {
-		if err := (Policy{}).Check(m, ""); err != nil {
+		if err := (Policy{}).Check(Policy{}.Confine(m), ""); err != nil {
 			t.Errorf("refused: %v\n%s", err, m)
 		}
 	}
@@ -120,7 +130,7 @@ func FuzzParse(f *testing.F) {
 func TestConfineCachePath(t *testing.T) {
 	in := withHTTP("    proxy_cache_path /etc levels=1:2 keys_zone=c:10m;")
 	got := Policy{}.Confine(in)
-	if !strings.Contains(got, "proxy_cache_path __OPENFLARE_PROXY_CACHE_PATH__/etc levels=1:2 keys_zone=c:10m;") {
+	if !strings.Contains(got, "proxy_cache_path __OPENFLARE_PROXY_CACHE_PATH__-") || strings.Contains(got, "/etc") {
 		t.Fatalf("not confined:\n%s", got)
 	}
 	if err := (Policy{}).Check(got, ""); err != nil {
@@ -135,5 +145,26 @@ func TestConfineCachePath(t *testing.T) {
 	placeholder := withHTTP("    proxy_cache_path __OPENFLARE_PROXY_CACHE_PATH__ levels=1:2 keys_zone=c:10m;")
 	if got := (Policy{}).Confine(placeholder); got != placeholder {
 		t.Fatal("the agent's own cache path moved")
+	}
+}
+
+// Adapting the text (the user line rewritten, HTTP/3 lines dropped) must
+// not turn a quoted string into directives: the adapted text is checked
+// too, with only the agent's own module lines and user line let through.
+func TestCheckAdapted(t *testing.T) {
+	evil := "user nobody ';\ninit_by_lua_block { os.execute(\"id\") }\nadd_header Y a';\n" + withHTTP("")
+	if err := (Policy{}).Check(evil, ""); err != nil {
+		t.Fatalf("the rendered text itself reads as one user directive: %v", err)
+	}
+	adapted := strings.Replace(evil, "user nobody ';", "user www-data www-data;", 1)
+	if err := (Policy{}).CheckAdapted(adapted, []string{"/m/ngx_http_lua_module.so"}); err == nil || !strings.Contains(err.Error(), "init_by_lua_block") {
+		t.Fatalf("adapted: %v", err)
+	}
+	ok := "load_module /m/ngx_http_lua_module.so;\nuser root root;\n" + withHTTP("")
+	if err := (Policy{}).CheckAdapted(ok, []string{"/m/ngx_http_lua_module.so"}); err != nil {
+		t.Fatalf("the agent's own lines refused: %v", err)
+	}
+	if err := (Policy{}).CheckAdapted("load_module /tmp/evil.so;\n"+withHTTP(""), []string{"/m/ngx_http_lua_module.so"}); err == nil {
+		t.Fatal("a module the agent did not add passed")
 	}
 }
