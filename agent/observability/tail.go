@@ -168,10 +168,13 @@ func (t *tailer) nextFrom(maxLines int) batch {
 		b.events = append(b.events, ev)
 		return b
 	}
+	var skipped []protocol.HealthEvent
 	if pathFile != nil && t.succ.of != cur.id() {
 		t.succ.of, t.succ.is, t.succ.drained = cur.id(), pathID, false
+		skipped = t.skippedRotations(old, cur.id(), pathID)
 	}
 	b := t.read(old, cur.id(), cur, maxLines)
+	b.events = append(b.events, skipped...)
 	if b.cursor != cur || t.succ.of != cur.id() {
 		t.succ.drained = false
 		return b
@@ -263,6 +266,43 @@ func (t *tailer) find() (*os.File, error) {
 		return f, nil
 	}
 	return nil, nil
+}
+
+// skippedRotations reports rotated files that came between the committed
+// file and its successor and were never read: a rotation storm (two or
+// more rotations between reads) hands them past the tailer, which follows
+// one successor at a time.
+func (t *tailer) skippedRotations(old *os.File, from, to fileID) []protocol.HealthEvent {
+	ofi, err := old.Stat()
+	if err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir(t.dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), t.base) || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || idOf(fi) == from || idOf(fi) == to || fi.ModTime().Before(ofi.ModTime()) {
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	ev := protocol.HealthEvent{
+		EventType: "access_log_lost",
+		Severity:  "warning",
+		Message: fmt.Sprintf("access log %s was rotated more than once between reads; the lines of %s were not reported",
+			t.path, strings.Join(names, ", ")),
+	}
+	t.warn("access log rotated faster than it was read", errors.New(ev.Message))
+	return []protocol.HealthEvent{ev}
 }
 
 func (t *tailer) lostEvent(cur Cursor) protocol.HealthEvent {

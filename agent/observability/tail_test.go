@@ -375,3 +375,30 @@ func TestTailRefusesLink(t *testing.T) {
 		t.Fatalf("read %d lines through a link", len(b.lines))
 	}
 }
+
+// Two rotations between reads hand a file past the tailer: its lines are
+// reported lost, not dropped in silence.
+func TestTailRotationStormReported(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "access.log")
+	f0 := createLog(t, path)
+	tl := testTailer(t, path, Cursor{})
+	writeLines(t, f0, 0, 2)
+	tl.commit(tl.next(100).cursor)
+
+	// A storm: F0 → .2, F1 → .1, F2 at the path, all before the next read.
+	os.Rename(path, path+".2")
+	f1 := createLog(t, path)
+	writeLines(t, f1, 10, 12)
+	os.Rename(path, path+".1")
+	f2 := createLog(t, path)
+	writeLines(t, f2, 20, 22)
+
+	b := tl.next(100)
+	if len(b.events) != 1 || b.events[0].EventType != "access_log_lost" || !strings.Contains(b.events[0].Message, "access.log.1") {
+		t.Fatalf("events %+v", b.events)
+	}
+	// The current file is read as before.
+	tl.commit(b.cursor)
+	expectLines(t, tl.next(100), 20, 22)
+}
