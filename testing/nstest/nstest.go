@@ -54,14 +54,52 @@ func Main(m *testing.M) { os.Exit(Run(m.Run, nil)) }
 // MainRoot is Main without the user namespace when the caller is root and
 // OPENFLARE_NSTEST_MODE is not "userns".
 func MainRoot(m *testing.M) {
-	if os.Getenv(roleEnv) == "" {
-		mode := "userns"
-		if os.Geteuid() == 0 && os.Getenv(ModeEnv) != "userns" {
-			mode = "root"
-		}
-		os.Setenv(ModeEnv, mode)
+	if os.Getenv(roleEnv) != "" {
+		os.Exit(Run(m.Run, nil))
 	}
-	os.Exit(Run(m.Run, nil))
+	mode := "userns"
+	if os.Geteuid() == 0 && os.Getenv(ModeEnv) != "userns" {
+		mode = "root"
+	}
+	os.Setenv(ModeEnv, mode)
+	cleanup := func() {}
+	if mode == "root" {
+		var err error
+		if cleanup, err = traversableTempRoot(); err != nil {
+			fmt.Fprintf(os.Stderr, "nstest: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	code := Run(m.Run, nil)
+	cleanup()
+	os.Exit(code)
+}
+
+// traversableTempRoot makes sure the tests' temp root is one nginx workers
+// (another user) can pass through: when $TMPDIR (or /tmp) is closed to
+// other users, the tests get a private 0711 directory under the first
+// open one of /var/tmp and /run instead.
+func traversableTempRoot() (func(), error) {
+	if fi, err := os.Stat(os.TempDir()); err == nil && fi.Mode().Perm()&0o001 != 0 {
+		return func() {}, nil
+	}
+	for _, base := range []string{"/var/tmp", "/run"} {
+		fi, err := os.Stat(base)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, "openflare-tests-")
+		if err != nil {
+			continue
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			os.RemoveAll(dir)
+			continue
+		}
+		os.Setenv("TMPDIR", dir)
+		return func() { os.RemoveAll(dir) }, nil
+	}
+	return nil, fmt.Errorf("%s is closed to other users and neither /var/tmp nor /run is open: nginx workers could not reach the tests' files", os.TempDir())
 }
 
 // Run executes run inside the namespaces and returns its exit code. The
