@@ -8,6 +8,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/backoff"
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/controlplane"
+	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/state"
 )
 
@@ -19,19 +20,9 @@ const malformedRetry = 10 * time.Minute
 var errNoToken = errors.New("register reply has no usable node_id or token")
 
 // usableToken reports whether a token from the server can be stored and
-// sent back in a header: 1 to 256 bytes of printable ASCII without spaces.
-// A CR/LF would break every later request, and agent.json with it.
-func usableToken(tok string) bool {
-	if tok == "" || len(tok) > 256 {
-		return false
-	}
-	for i := 0; i < len(tok); i++ {
-		if tok[i] <= ' ' || tok[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
+// sent back in a header. A CR/LF would break every later request, and
+// agent.json with it.
+func usableToken(tok string) bool { return protocol.Printable(tok, 256) }
 
 // register trades the discovery token for a node token (PROTOCOL 1.2) and
 // persists it to agent.json before anything else happens, so a crash or

@@ -21,6 +21,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/agent/state"
 	tcp "github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Markers a test version's main template carries to make the fake nginx
@@ -218,10 +219,13 @@ func (r *rig) publish(ac protocol.ActiveConfig, mode Mode) error {
 
 func (r *rig) state() state.State { return r.e.Store.Get() }
 
-func (r *rig) liveMain() string {
-	b, _ := os.ReadFile(r.paths.Main)
+// read is a live file's content, "" when it does not exist.
+func (r *rig) read(p string) string {
+	b, _ := os.ReadFile(p)
 	return string(b)
 }
+
+func (r *rig) liveMain() string { return r.read(r.paths.Main) }
 
 func TestApplyAndSkipCurrent(t *testing.T) {
 	r := newRig(t)
@@ -238,7 +242,7 @@ func TestApplyAndSkipCurrent(t *testing.T) {
 	if !r.ng.running || r.ng.probes != 1 || len(r.ipg) != 1 || !slices.Equal(r.ipg[0], []uint64{3, 7}) {
 		t.Fatalf("running %v probes %d ip groups %v", r.ng.running, r.ng.probes, r.ipg)
 	}
-	if !strings.Contains(readFile(t, r.paths.Route), "one.test") {
+	if !strings.Contains(testsupport.ReadFile(t, r.paths.Route), "one.test") {
 		t.Fatal("route config not landed")
 	}
 	// Current: nothing is fetched again.
@@ -259,15 +263,6 @@ func TestApplyAndSkipCurrent(t *testing.T) {
 	if err := r.e.Apply(context.Background(), &protocol.ConfigRef{Version: " ", Checksum: "x"}, Normal); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // Each way a version can fail, and where the node ends up.
@@ -309,7 +304,7 @@ func TestFailuresRollBack(t *testing.T) {
 			if (st.Blocked == ref(v2)) != tc.blocked || st.Current.Version != tc.current {
 				t.Fatalf("state %+v", st)
 			}
-			if !strings.Contains(r.liveMain()+readFileOr(r.paths.Route), tc.liveHas) {
+			if !strings.Contains(r.liveMain()+r.read(r.paths.Route), tc.liveHas) {
 				t.Fatalf("live config lacks %q:\n%s", tc.liveHas, r.liveMain())
 			}
 			if !tc.blocked && !strings.Contains(l.Message, "not blocklisted") {
@@ -330,11 +325,6 @@ func TestFailuresRollBack(t *testing.T) {
 			}
 		})
 	}
-}
-
-func readFileOr(p string) string {
-	b, _ := os.ReadFile(p)
-	return string(b)
 }
 
 // Problems of this node never blocklist the version.

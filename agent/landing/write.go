@@ -17,17 +17,6 @@ import (
 // 0600, the nginx configs with basic-auth credentials 0640).
 const configDirMode = 0o755
 
-// MakeDirs creates the directories nginx needs: config, logs, pid, temp and
-// cache paths.
-func MakeDirs(p Paths) error {
-	for _, d := range p.Dirs() {
-		if err := atomicfile.MkdirAll(d, configDirMode); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Write lands the set: every file atomically, then removals, then the
 // managed directories are cleared of anything else. Files Touched found
 // already on disk are skipped. after, when set, is called after the first

@@ -36,6 +36,11 @@ type entry struct {
 	members []string // group only
 }
 
+// tables are the two databases as read once for one decision.
+type tables struct{ passwd, group []entry }
+
+func (d DB) load() tables { return tables{passwd: d.read("passwd"), group: d.read("group")} }
+
 func (d DB) read(file string) []entry {
 	data, err := os.ReadFile(filepath.Join(d.Root, "/etc", file))
 	if err != nil {
@@ -64,9 +69,9 @@ func (d DB) read(file string) []entry {
 	return out
 }
 
-// User finds an account by name.
-func (d DB) User(name string) (Account, bool) {
-	for _, e := range d.read("passwd") {
+// user finds an account by name.
+func (t tables) user(name string) (Account, bool) {
+	for _, e := range t.passwd {
 		if e.name == name {
 			return Account{Name: e.name, UID: e.id, GID: e.gid}, true
 		}
@@ -74,9 +79,9 @@ func (d DB) User(name string) (Account, bool) {
 	return Account{}, false
 }
 
-// UserByID finds an account by uid.
-func (d DB) UserByID(uid int) (Account, bool) {
-	for _, e := range d.read("passwd") {
+// userByID finds an account by uid.
+func (t tables) userByID(uid int) (Account, bool) {
+	for _, e := range t.passwd {
 		if e.id == uid {
 			return Account{Name: e.name, UID: e.id, GID: e.gid}, true
 		}
@@ -84,9 +89,9 @@ func (d DB) UserByID(uid int) (Account, bool) {
 	return Account{}, false
 }
 
-// GroupID finds a group's gid by name.
-func (d DB) GroupID(name string) (int, bool) {
-	for _, e := range d.read("group") {
+// groupID finds a group's gid by name.
+func (t tables) groupID(name string) (int, bool) {
+	for _, e := range t.group {
 		if e.name == name {
 			return e.id, true
 		}
@@ -94,9 +99,9 @@ func (d DB) GroupID(name string) (int, bool) {
 	return 0, false
 }
 
-// GroupName finds a group's name by gid.
-func (d DB) GroupName(gid int) (string, bool) {
-	for _, e := range d.read("group") {
+// groupName finds a group's name by gid.
+func (t tables) groupName(gid int) (string, bool) {
+	for _, e := range t.group {
 		if e.id == gid {
 			return e.name, true
 		}
@@ -106,9 +111,9 @@ func (d DB) GroupName(gid int) (string, bool) {
 
 // memberOf lists the supplementary groups that name a user as a member,
 // which nginx's workers also get (initgroups).
-func (d DB) memberOf(user string) []int {
+func (t tables) memberOf(user string) []int {
 	var gids []int
-	for _, e := range d.read("group") {
+	for _, e := range t.group {
 		for _, m := range e.members {
 			if m == user {
 				gids = append(gids, e.id)
@@ -184,13 +189,14 @@ var ErrUnknownUser = errors.New("unknown user")
 // (and optional group) the main config names, or "". Root workers are only
 // ever chosen when configured says so.
 func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
+	t := d.load()
 	switch {
 	case h.EUID != 0:
-		acct, ok := d.UserByID(h.EUID)
+		acct, ok := t.userByID(h.EUID)
 		if !ok {
 			acct = Account{Name: strconv.Itoa(h.EUID), UID: h.EUID}
 		}
-		group, _ := d.GroupName(h.EGID)
+		group, _ := t.groupName(h.EGID)
 		if group == "" {
 			group = strconv.Itoa(h.EGID)
 		}
@@ -202,11 +208,11 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 	case h.SingleUID:
 		// A one-uid user namespace (tests, rootless containers): uid 0 is
 		// the only user there is.
-		acct, ok := d.UserByID(0)
+		acct, ok := t.userByID(0)
 		if !ok {
 			acct = Account{Name: "root"}
 		}
-		group, ok := d.GroupName(0)
+		group, ok := t.groupName(0)
 		if !ok {
 			group = "root"
 		}
@@ -218,37 +224,37 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 	}
 	if configured != "" {
 		u, g := splitUserGroup(configured)
-		acct, ok := d.User(u)
+		acct, ok := t.user(u)
 		if !ok {
 			return Identity{}, fmt.Errorf("%w: agent.json nginx_user %q: no such user in /etc/passwd", ErrUnknownUser, u)
 		}
 		if g != "" {
-			if _, ok := d.GroupID(g); !ok {
+			if _, ok := t.groupID(g); !ok {
 				return Identity{}, fmt.Errorf("%w: agent.json nginx_user %q: no such group in /etc/group", ErrUnknownUser, g)
 			}
 		}
-		id, err := d.identity(acct, g)
+		id, err := t.identity(acct, g)
 		id.Why = "agent.json nginx_user"
 		return id, err
 	}
 	if template != "" {
 		u, g := splitUserGroup(template)
-		acct, ok := d.User(u)
-		_, gok := d.GroupID(g)
+		acct, ok := t.user(u)
+		_, gok := t.groupID(g)
 		switch {
 		case !ok:
 		case acct.UID == 0:
 			// Root workers are an owner's decision, made locally.
 		case g == "" || gok:
-			if id, err := d.identity(acct, g); err == nil {
+			if id, err := t.identity(acct, g); err == nil {
 				id.Why = "the template's user directive"
 				return id, nil
 			}
 		}
 	}
 	for _, name := range Fallbacks {
-		if acct, ok := d.User(name); ok && acct.UID != 0 {
-			id, err := d.identity(acct, "")
+		if acct, ok := t.user(name); ok && acct.UID != 0 {
+			id, err := t.identity(acct, "")
 			if err != nil {
 				continue
 			}
@@ -266,18 +272,18 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 // identity completes an account with its group: the named one, else its
 // primary group, by name. nginx would otherwise look for a group named
 // like the user (Debian's nobody has none) and cannot take a number.
-func (d DB) identity(acct Account, group string) (Identity, error) {
+func (t tables) identity(acct Account, group string) (Identity, error) {
 	gid := acct.GID
 	if group != "" {
-		gid, _ = d.GroupID(group)
-	} else if name, ok := d.GroupName(acct.GID); ok {
+		gid, _ = t.groupID(group)
+	} else if name, ok := t.groupName(acct.GID); ok {
 		group = name
 	} else {
 		return Identity{}, fmt.Errorf("%w: the primary group (gid %d) of user %q has no /etc/group entry; name a group in nginx_user (\"user:group\")", ErrUnknownUser, acct.GID, acct.Name)
 	}
 	return Identity{
 		User: acct.Name, Group: group, UID: acct.UID, GID: gid,
-		Groups:    d.memberOf(acct.Name),
+		Groups:    t.memberOf(acct.Name),
 		Directive: "user " + acct.Name + " " + group + ";",
 	}, nil
 }

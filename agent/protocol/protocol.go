@@ -174,20 +174,27 @@ const (
 // server can store, or not printable ASCII without spaces: nothing else
 // is stored, logged or echoed back in a beat.
 func (r ConfigRef) Check() error {
-	for _, f := range []struct {
-		name, v string
-		max     int
-	}{{"version", r.Version, MaxVersionLen}, {"checksum", r.Checksum, MaxChecksumLen}} {
-		if f.v == "" || len(f.v) > f.max {
-			return fmt.Errorf("%s of %d bytes (1 to %d allowed)", f.name, len(f.v), f.max)
-		}
-		for i := 0; i < len(f.v); i++ {
-			if c := f.v[i]; c <= ' ' || c > '~' {
-				return fmt.Errorf("%s has byte 0x%02x at %d (printable ASCII only)", f.name, c, i)
-			}
-		}
+	if !Printable(r.Version, MaxVersionLen) {
+		return fmt.Errorf("version of %d bytes is not 1 to %d printable ASCII bytes without spaces", len(r.Version), MaxVersionLen)
+	}
+	if !Printable(r.Checksum, MaxChecksumLen) {
+		return fmt.Errorf("checksum of %d bytes is not 1 to %d printable ASCII bytes without spaces", len(r.Checksum), MaxChecksumLen)
 	}
 	return nil
+}
+
+// Printable reports whether s is 1 to max bytes of printable ASCII without
+// spaces: safe to store, log, and send back in a header or a beat.
+func Printable(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // HeartbeatReply is E2's data.

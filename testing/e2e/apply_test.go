@@ -108,7 +108,7 @@ func TestReloadFailureRestoresBackup(t *testing.T) {
 	}
 	waitServes(t, "app.test", "/", "origin-ok v1")
 	// The restored main config is the previous one, byte for byte.
-	if strings.Contains(readFile(t, n.data("etc", "nginx", "nginx.conf")), "8443") {
+	if strings.Contains(testsupport.ReadFile(t, n.data("etc", "nginx", "nginx.conf")), "8443") {
 		t.Fatal("the failed version's main config is still on disk")
 	}
 }
@@ -289,7 +289,7 @@ func TestStatusCheckAndRestart(t *testing.T) {
 	}
 	// A landed config broken behind the agent's back makes check fail.
 	main := n.data("etc", "nginx", "nginx.conf")
-	os.WriteFile(main, []byte(readFile(t, main)+"\nbroken"), 0o644)
+	os.WriteFile(main, []byte(testsupport.ReadFile(t, main)+"\nbroken"), 0o644)
 	if out, err := exec.Command(agentBinary(t), "-config", n.config, "check").CombinedOutput(); err == nil {
 		t.Fatalf("check passed a broken landed config:\n%s", out)
 	}

@@ -86,7 +86,7 @@ func download(t *testing.T, host string) (int, []byte) {
 // honoured, yet the site must serve and temp files must work.
 func TestRootWithStockTemplateServes(t *testing.T) {
 	needRealRoot(t)
-	if _, err := os.Stat("/etc/passwd"); err == nil && strings.Contains(readFile(t, "/etc/passwd"), "\nopenflare:") {
+	if _, err := os.Stat("/etc/passwd"); err == nil && strings.Contains(testsupport.ReadFile(t, "/etc/passwd"), "\nopenflare:") {
 		t.Skip("this host has an openflare user; the test is about a host without one")
 	}
 	cp := controlPlane(t)
@@ -127,7 +127,7 @@ func TestRootWithStockTemplateServes(t *testing.T) {
 	// with its group, whatever the host calls them.
 	st := n.state()
 	who, _, _ := strings.Cut(st.Workers, " ")
-	main := readFile(t, n.data("etc", "nginx", "nginx.conf"))
+	main := testsupport.ReadFile(t, n.data("etc", "nginx", "nginx.conf"))
 	if !strings.Contains(st.Workers, "fallback") || !strings.Contains(main, "\nuser "+strings.Replace(who, ":", " ", 1)+";") {
 		t.Fatalf("workers %q; main config:\n%.300s", st.Workers, main)
 	}
@@ -207,7 +207,7 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 	if st.Current.Version != v1.Version || st.Blocked.Version != "" || st.ProbeError == "" {
 		t.Fatalf("state after the failed probe: current %q blocked %q probe %q", st.Current.Version, st.Blocked.Version, st.ProbeError)
 	}
-	if route := readFile(t, n.data("etc", "nginx", "conf.d", "openflare_routes.conf")); strings.Contains(route, "v2") {
+	if route := testsupport.ReadFile(t, n.data("etc", "nginx", "conf.d", "openflare_routes.conf")); strings.Contains(route, "v2") {
 		t.Fatal("v2's route config was left in place")
 	}
 	testsupport.WaitFor(t, 30*time.Second, "an unhealthy beat naming the probe", func() bool {
@@ -292,7 +292,7 @@ func TestServiceUserServes(t *testing.T) {
 			t.Fatalf("nginx process %d runs as uid %d, want %d", pid, u, uid)
 		}
 	}
-	if !strings.Contains(readFile(t, n.data("etc", "nginx", "nginx.conf")), "# user directive dropped by openflare-agent: not running as root") {
+	if !strings.Contains(testsupport.ReadFile(t, n.data("etc", "nginx", "nginx.conf")), "# user directive dropped by openflare-agent: not running as root") {
 		t.Fatal("user directive kept for an unprivileged master")
 	}
 	out, err := exec.Command(setpriv[0], append(setpriv[1:], "cat", secret)...).CombinedOutput()

@@ -398,15 +398,6 @@ func publish(t *testing.T, cp *controlplane.Server, src controlplane.Source, sup
 // noErrorPages keeps origin error pages out of tests that do not need them.
 var noErrorPages = map[string]any{"origin_error_page_enabled": false}
 
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func fileMode(t *testing.T, p string) os.FileMode {
 	t.Helper()
 	fi, err := os.Stat(p)

@@ -67,7 +67,9 @@ func newLoader(t testing.TB) *loader {
 		PagesDir:          filepath.Join(root, "pages"),
 		ObservabilityPort: 19180,
 	}
-	if err := landing.MakeDirs(p); err != nil {
+	// Workers here are the namespace's one uid: nothing to check for them.
+	tree := landing.Tree{Paths: p, DataDir: root, StateDir: filepath.Join(root, "state")}
+	if err := tree.Prepare(osuser.Identity{}, false); err != nil {
 		t.Fatalf("create node directories: %v", err)
 	}
 	return &loader{

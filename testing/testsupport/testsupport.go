@@ -45,6 +45,16 @@ func SharedDir(t testing.TB, sub string) string {
 	return dir
 }
 
+// ReadFile returns a file's content, failing t when it cannot be read.
+func ReadFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // Buffer collects a process's output from several goroutines.
 type Buffer struct {
 	mu  sync.Mutex
