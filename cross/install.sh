@@ -5,8 +5,10 @@
 #       --server-url https://openflare.example.com --discovery-token TOKEN
 #
 # Debian, Ubuntu, Raspberry Pi OS: the binary goes to /usr/local/bin and a
-# systemd unit runs it as the user openflare. OpenWrt (detected from
-# /etc/openwrt_release): /usr/bin and a procd init script, run as root.
+# systemd unit runs it as root in a sandbox. OpenWrt (detected from
+# /etc/openwrt_release): /usr/bin and a procd init script, also as root.
+# Either way nginx's workers run as an unprivileged user (agent.json
+# nginx_user, which a new install pins) and cannot read the agent's files.
 # The unit and the init script are taken from systemd/ and openwrt/ next to
 # this script, as in the release archive.
 #
@@ -14,8 +16,10 @@
 # OpenWrt, where /var is a tmpfs: there the config, state and backups stay
 # on flash while agent.json's access_log_path puts nginx's logs, pid, temp
 # files and cache (derived from /var/log/openflare/access.log: under /var)
-# in RAM. The data directory is given recursively to the agent's user, so
-# / and top-level or system directories are refused.
+# in RAM. Earlier installs ran the agent as the user openflare; their
+# files in /etc/openflare and the data directory are handed back to root
+# (recursively, never through a symlink), so / and top-level or system
+# directories are refused as data directory.
 #
 # Tokens can come from OPENFLARE_AGENT_TOKEN or OPENFLARE_DISCOVERY_TOKEN
 # instead of the command line, which keeps them out of the process list.
@@ -230,8 +234,8 @@ clean_path() (
 )
 
 # data_dir_problem DIR: why the clean absolute DIR cannot be the data
-# directory, or nothing. The installer runs chown -R on the data directory,
-# so it must be a directory of the agent's own, never a tree of the system
+# directory, or nothing. The installer hands the data directory recursively
+# to root, so it must be a directory of the agent's own, never a tree of the system
 # (the directory itself: paths below such a tree are fine). Every top-level
 # directory is refused; the system ones are named for a clearer message.
 data_dir_problem() {
@@ -266,7 +270,7 @@ check_data_dir() {
 		why=$(data_dir_problem "$phys")
 		[ -z "$why" ] || why="$why ($phys)"
 	fi
-	[ -z "$why" ] || die "data_dir $1 ($2) is $why: the installer gives the data directory recursively to the agent's user, so it must be a directory of its own such as /var/lib/openflare or /etc/openflare/data; nothing changed"
+	[ -z "$why" ] || die "data_dir $1 ($2) is $why: the installer hands the data directory recursively to root, so it must be a directory of its own such as /var/lib/openflare or /etc/openflare/data; nothing changed"
 }
 
 # --- Where things go. ---
@@ -291,6 +295,9 @@ existing_data_dir=''
 existing_server_url=''
 existing_discovery=''
 existing_access_log=''
+# The installer and the agent write agent.json as root: through a symlink
+# (which the old service user could have planted) that would land anywhere.
+[ ! -L "$prefix$conf" ] || die "$conf is a symbolic link: make it a plain file; nothing changed"
 if [ -f "$prefix$conf" ]; then
 	json_get "$prefix$conf" server_url >/dev/null || die "$conf is not a JSON object: fix or remove it"
 	existing_token=$(json_get "$prefix$conf" agent_token)
@@ -376,8 +383,138 @@ if [ "$platform" = openwrt ]; then
 	fi
 fi
 
+# --- Who nginx's workers are, and nodes of the service-user era. ---
+
+# passwd_field NAME N: field N (3 uid, 4 gid) of NAME in the install root's
+# /etc/passwd; group_name GID and group_id NAME: from its /etc/group. Read
+# directly, as the agent (agent/osuser) and nginx do.
+passwd_field() {
+	[ ! -f "$prefix/etc/passwd" ] || awk -F: -v n="$1" -v f="$2" '$1 == n { print $f; exit }' "$prefix/etc/passwd"
+}
+group_name() {
+	[ ! -f "$prefix/etc/group" ] || awk -F: -v g="$1" '$3 == g && g != "" { print $1; exit }' "$prefix/etc/group"
+}
+group_id() {
+	[ ! -f "$prefix/etc/group" ] || awk -F: -v n="$1" '$1 == n { print $3; exit }' "$prefix/etc/group"
+}
+# json_str KEY: a plain string value of agent.json, or nothing (also for
+# one with escapes, which this script does not decode).
+json_str() {
+	[ -f "$prefix$conf" ] || return 0
+	v=$(json_get "$prefix$conf" "$1")
+	case $v in
+	\"*\") v=${v#\"} v=${v%\"} ;;
+	*) v='' ;;
+	esac
+	case $v in
+	*\\*) v='' ;;
+	esac
+	printf '%s' "$v"
+}
+
+# An operator who insists on a service user says so in a drop-in
+# (README: "Who the nginx workers are"). Their files stay theirs, and
+# nothing is pinned for workers that will share the agent's uid anyway.
+service_user=''
+if [ "$platform" = systemd ]; then
+	for f in "$prefix/etc/systemd/system/openflare-agent.service.d"/*.conf; do
+		[ -f "$f" ] || continue
+		u=$(sed -n 's/^[[:space:]]*User=[[:space:]]*//p' "$f" | sed -n '$p')
+		[ -z "$u" ] || service_user=$u
+	done
+	case $service_user in
+	root | 0) service_user='' ;;
+	esac
+fi
+
+# Earlier systemd installs ran the agent, and the nginx it started, as the
+# system user openflare, which owned everything the agent wrote: any
+# worker could read the node token, the keys and the state. Its files go
+# back to root. The user itself stays: removing it could let a later
+# system account take over its uid, and with it files of the old layout
+# outside the agent's tree (old logs, copies an operator made).
+of_uid='' of_gid=''
+if [ "$platform" = systemd ] && [ -z "$service_user" ]; then
+	of_uid=$(passwd_field openflare 3)
+	of_gid=$(passwd_field openflare 4)
+	case $of_uid in '' | 0 | *[!0-9]*) of_uid='' ;; esac
+	case $of_gid in '' | 0 | *[!0-9]*) of_gid=$of_uid ;; esac
+fi
+
 mkdir -p "$prefix$conf_dir" "$prefix$data_dir" "$prefix$bin_dir"
-chmod 0750 "$prefix$conf_dir" "$prefix$data_dir"
+# Workers traverse the data directory (o+x) but cannot list it; the agent
+# itself opens it so at start, and a re-run that closed it would cut the
+# workers off until then. /etc/openflare holds agent.json (0600) and is
+# closed unless the data directory lies within it, as on OpenWrt.
+conf_mode=0750
+case $data_dir/ in
+"$conf_dir"/*) conf_mode=0751 ;;
+esac
+chmod "$conf_mode" "$prefix$conf_dir"
+chmod 0751 "$prefix$data_dir"
+
+# in_tree DIR: DIR is a directory inside data_dir or /etc/openflare, and
+# really there: no symlink on the way down (one planted by the old
+# service user must not lead a chmod or chown out of the trees).
+in_tree() {
+	it_dir=$(clean_path "$1") || return 1
+	for top in "$data_dir" "$conf_dir"; do
+		case $it_dir/ in
+		"$top"/*)
+			want=$(cd -P "$prefix$top" 2>/dev/null && pwd -P) || return 1
+			got=$(cd -P "$prefix$it_dir" 2>/dev/null && pwd -P) || return 1
+			[ "$got" != "$want${it_dir#"$top"}" ] || return 0
+			;;
+		esac
+	done
+	return 1
+}
+
+# service_user_files FIND-ACTION...: what the old service user owns in the
+# agent's trees. DIR/. enters a data_dir that is a symlink (checked above);
+# below it find never follows one (-P, its default) nor leaves the file
+# system (-xdev), so nothing outside the trees changes hands.
+service_user_files() {
+	find "$prefix$conf_dir/." "$prefix$data_dir/." -xdev \( -user "$of_uid" -o -group "$of_gid" \) "$@"
+}
+handback=false
+if [ -n "$of_uid" ] && [ -n "$(service_user_files -print | sed -n 1p)" ]; then
+	handback=true
+fi
+
+# nginx_user is pinned on a new install and when the workers change user
+# anyway (the hand-back): otherwise, with nothing set, the control plane's
+# template could choose them by its `user` line, any existing account but
+# root. An existing value is the owner's and stays; so does what a running
+# root node resolves to, since its temp and cache files belong to that user.
+nginx_user=$(json_str nginx_user)
+if [ -z "$nginx_user" ] && [ -z "$service_user" ] && { [ ! -f "$prefix$conf" ] || $handback; }; then
+	for u in www-data nobody; do
+		uid=$(passwd_field "$u" 3)
+		case $uid in '' | 0 | *[!0-9]*) continue ;; esac
+		g=$(group_name "$(passwd_field "$u" 4)")
+		[ -n "$g" ] || continue
+		nginx_user=$u:$g
+		drop="$drop nginx_user"
+		break
+	done
+	if [ -z "$nginx_user" ] && [ -f "$prefix/etc/passwd" ]; then
+		say "note: neither www-data nor nobody (with a group) exists, so nginx_user is not pinned: the agent picks the workers' user at start"
+	fi
+fi
+
+# The worker user, for the temp and cache files the old nginx left.
+w_uid='' w_gid=''
+if $handback; then
+	wu=${nginx_user%%[: ]*}
+	wg=${nginx_user#"$wu"}
+	wg=${wg#[: ]}
+	w_uid=$(passwd_field "$wu" 3)
+	if [ -n "$wg" ]; then w_gid=$(group_id "$wg"); else w_gid=$(passwd_field "$wu" 4); fi
+	case $w_uid:$w_gid in
+	:* | *: | *[!0-9:]*) die "nginx_user ${nginx_user:-(none)} is no user here: set nginx_user in $conf to the workers' user (\"user\" or \"user:group\") and re-run" ;;
+	esac
+fi
 
 # write_conf FILE: the new agent.json. Only printf (a shell builtin) sees
 # the tokens, so they never reach a child process's command line.
@@ -385,7 +522,7 @@ write_conf() {
 	sep=''
 	{
 		printf '{\n'
-		for key in server_url agent_token discovery_token node_name openresty_path data_dir access_log_path; do
+		for key in server_url agent_token discovery_token node_name openresty_path data_dir access_log_path nginx_user; do
 			case " $drop " in *" $key "*) ;; *) continue ;; esac
 			case $key in
 			server_url) v=$server_url ;;
@@ -395,6 +532,7 @@ write_conf() {
 			openresty_path) v=$openresty_path ;;
 			data_dir) v=$data_dir ;;
 			access_log_path) v=$access_log_path ;;
+			nginx_user) v=$nginx_user ;;
 			esac
 			if [ "$key" = agent_token ] && [ -z "$v" ]; then
 				continue
@@ -474,22 +612,94 @@ else
 	if install_file "$unit" "$prefix/etc/systemd/system/openflare-agent.service" 0644; then svc_changed=true; fi
 fi
 
-# --- The user, ownership, and starting the service (a real install only). ---
-if $real_root && [ "$platform" = systemd ]; then
-	if ! id openflare >/dev/null 2>&1; then
-		if command -v useradd >/dev/null 2>&1; then
-			nologin=/usr/sbin/nologin
-			[ -x "$nologin" ] || nologin=/bin/false
-			useradd --system --user-group --home-dir "$data_dir" --no-create-home --shell "$nologin" openflare
-			say "created user openflare"
-		else
-			say "warning: useradd not found: create the system user openflare and give it $data_dir and $conf_dir"
+# --- Ownership and modes. ---
+
+# pids_of UID: the processes running as UID.
+pids_of() {
+	for d in /proc/[0-9]*; do
+		awk -v u="$1" '/^Uid:/ { exit !($2 == u || $3 == u || $4 == u) }' "$d/status" 2>/dev/null && printf '%s\n' "${d#/proc/}"
+	done
+	return 0
+}
+
+# stop_service_user: before its files change hands, nothing may run as the
+# old service user. Its nginx must go anyway: once the files are root's
+# that master can read none of them, and only a root master can run the
+# workers as another user. The agent goes first, so that it does not start
+# nginx again; the new agent starts a root nginx from the landed config at
+# once, so the sites are down for a few seconds, this one time.
+stop_service_user() {
+	[ -n "$(pids_of "$of_uid")" ] || return 0
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		systemctl stop openflare-agent || true
+	fi
+	sig=QUIT
+	for secs in 15 5; do
+		for pid in $(pids_of "$of_uid"); do
+			case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
+			*"nginx: master process"*) kill -"$sig" "$pid" 2>/dev/null || true ;;
+			esac
+		done
+		while [ "$secs" -gt 0 ] && [ -n "$(pids_of "$of_uid")" ]; do
+			sleep 1
+			secs=$((secs - 1))
+		done
+		# Connections that outlive a graceful quit are cut.
+		sig=TERM
+	done
+	left=$(pids_of "$of_uid" | tr '\n' ' ')
+	[ -z "$left" ] || die "processes of the user openflare still run (${left% }): stop them and re-run install.sh; the agent is stopped, its files unchanged"
+	say "stopped the agent and the nginx that ran as openflare"
+}
+
+if $handback; then
+	if $real_root; then stop_service_user; fi
+	if [ "$(id -u)" = 0 ]; then
+		# The temp and cache files the old nginx wrote go to the workers
+		# (nginx gives the directories themselves to them at start, not
+		# what lies below); everything else to root.
+		var=$data_dir/var
+		access_log=$(json_str access_log_path)
+		[ -z "$access_log_path" ] || access_log=$access_log_path
+		[ -z "$access_log" ] || var=$(dirname "$(dirname "$(dirname "$access_log")")")
+		if in_tree "$var/cache"; then
+			for d in "$prefix$var/cache"/* "$prefix$var/cache/nginx"/*; do
+				[ -d "$d" ] && [ ! -L "$d" ] && [ "$d" != "$prefix$var/cache/nginx" ] || continue
+				find "$d" -xdev \( -user "$of_uid" -o -group "$of_gid" \) -exec chown -h "$w_uid:$w_gid" {} +
+			done
 		fi
+		service_user_files -exec chown -h 0:0 {} +
+		say "handed $conf_dir and $data_dir back to root from the user openflare (left in place, owning nothing there); nginx workers: $nginx_user"
+	else
+		say "note: files in $conf_dir and $data_dir belong to the user openflare: run install.sh as root to hand them to root"
 	fi
-	if id openflare >/dev/null 2>&1; then
-		chown -R openflare:openflare "$data_dir"
-		chown openflare:openflare "$conf_dir" "$conf"
-	fi
+fi
+if [ -n "$service_user" ]; then
+	say "note: a drop-in runs the agent as $service_user: its files are left to it, and nginx workers share its uid and can read the node token (see README)"
+elif [ "$(id -u)" = 0 ]; then
+	chown 0:0 "$prefix$conf_dir" "$prefix$data_dir" "$prefix$conf"
+fi
+
+# The agent keeps its token, keys and state to itself, whatever an earlier
+# release or umask left: agent.json 0600, the state file 0600 in a
+# directory nobody else lists (its o+x stays: Pages lie below it), private
+# keys 0600. Only inside the agent's trees, never through a symlink.
+chmod 0600 "$prefix$conf"
+state_path=$(json_str state_path)
+[ -n "$state_path" ] || state_path=$data_dir/var/lib/openflare/agent-state.json
+state_dir=$(dirname "$state_path")
+if in_tree "$state_dir"; then
+	chmod go-rw "$prefix$state_dir"
+	if [ -f "$prefix$state_path" ] && [ ! -L "$prefix$state_path" ]; then chmod go-rwx "$prefix$state_path"; fi
+fi
+cert_dir=$(json_str cert_dir)
+[ -n "$cert_dir" ] || cert_dir=$data_dir/etc/nginx/certs
+if in_tree "$cert_dir"; then
+	find "$prefix$cert_dir/." -xdev -type f -name '*.key' ! -perm 600 -exec chmod 0600 {} +
+fi
+
+# --- Starting the service (a real install only). ---
+if $real_root && [ "$platform" = systemd ]; then
 	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 		was_active=false
 		if systemctl is-active --quiet openflare-agent; then was_active=true; fi

@@ -21,7 +21,7 @@ import (
 
 // The tools install.sh may use. PATH holds only these, so neither systemctl
 // nor useradd is found, and a tool the script starts to need shows up here.
-var installTools = []string{"sh", "awk", "cat", "chmod", "cmp", "cp", "dirname", "id", "mkdir", "mv", "rm", "sed", "sha256sum", "tr"}
+var installTools = []string{"sh", "awk", "cat", "chmod", "chown", "cmp", "cp", "dirname", "find", "id", "mkdir", "mv", "rm", "sed", "sha256sum", "sleep", "tr"}
 
 // Tokens with characters JSON must escape; neither form may ever be printed.
 const (
@@ -245,7 +245,7 @@ func TestInstallFreshAndIdempotent(t *testing.T) {
 		for p, mode := range map[string]fs.FileMode{
 			"etc/openflare/agent.json":                   0o600,
 			"etc/openflare":                              0o750,
-			"var/lib/openflare":                          0o750,
+			"var/lib/openflare":                          0o751,
 			"usr/local/bin/openflare-agent":              0o755,
 			"etc/systemd/system/openflare-agent.service": 0o644,
 		} {
@@ -401,8 +401,8 @@ func TestInstallOpenWrt(t *testing.T) {
 		if m["access_log_path"] != "/var/log/openflare/access.log" {
 			t.Errorf("access_log_path %v, want nginx's logs in RAM", m["access_log_path"])
 		}
-		if modeOf(t, filepath.Join(root, "srv/openflare")) != 0o750 {
-			t.Error("data dir not created 0750")
+		if modeOf(t, filepath.Join(root, "srv/openflare")) != 0o751 {
+			t.Error("data dir not created 0751")
 		}
 	})
 }
@@ -463,8 +463,13 @@ func TestInstallOpenWrtDefaults(t *testing.T) {
 		if m["data_dir"] != "/etc/openflare/data" || m["access_log_path"] != "/var/log/openflare/access.log" {
 			t.Fatalf("agent.json %v", m)
 		}
-		if modeOf(t, filepath.Join(root, "etc/openflare/data")) != 0o750 {
-			t.Error("data dir not created 0750")
+		if modeOf(t, filepath.Join(root, "etc/openflare/data")) != 0o751 {
+			t.Error("data dir not created 0751")
+		}
+		// The workers (nobody) reach the data directory through
+		// /etc/openflare, which lists nothing to them.
+		if modeOf(t, filepath.Join(root, "etc/openflare")) != 0o751 {
+			t.Errorf("/etc/openflare mode %v, want 0751", modeOf(t, filepath.Join(root, "etc/openflare")))
 		}
 		if _, err := os.Stat(filepath.Join(root, "var")); err == nil {
 			t.Error("the OpenWrt install created /var")
@@ -619,8 +624,8 @@ func TestInstallRefusesSystemDataDir(t *testing.T) {
 			if m, _ := readConf(t, filepath.Join(root, "etc/openflare/agent.json")); m["data_dir"] != dir {
 				t.Errorf("data_dir %v, want %s", m["data_dir"], dir)
 			}
-			if modeOf(t, filepath.Join(root, dir)) != 0o750 {
-				t.Errorf("%s not created 0750", dir)
+			if modeOf(t, filepath.Join(root, dir)) != 0o751 {
+				t.Errorf("%s not created 0751", dir)
 			}
 		}
 	})
