@@ -93,11 +93,9 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		work:      newWorkQueue(),
 		statusNow: make(chan struct{}, 1),
 	}
-	// An E4 reply costs a few times its size while it is decoded and
-	// rendered: it may not exceed the memory limit in force (GOMEMLIMIT
-	// or memory_limit), nor fall below 16 MiB, which real configs never
-	// approach.
-	a.cp.ActiveCap = max(debug.SetMemoryLimit(-1), 16<<20)
+	// What one reply may cost follows the memory limit in force
+	// (GOMEMLIMIT or memory_limit).
+	a.cp.Budgets = controlplane.BudgetsFor(debug.SetMemoryLimit(-1))
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)

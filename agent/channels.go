@@ -111,6 +111,11 @@ func (a *Agent) runWebSocket(ctx context.Context) (time.Time, error) {
 		Log:          a.log,
 		Stats:        &a.wsStats,
 		StatusNow:    a.statusNow,
+		// A frame is held whole while it decodes (x/net/websocket reads
+		// messages entire), and its entries then cost about twice their
+		// text: half the entry budget. A bigger push ends the session; the
+		// heartbeat that follows carries the group, judged there alone.
+		MaxFrame: int(a.cp.Budgets.Entries / 2),
 	}, h, func() {
 		upAt = time.Now()
 		a.log.Info("websocket connected; status messages replace HTTP heartbeats")

@@ -21,7 +21,8 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
-// Reply caps. Heartbeat and IP-group replies carry up to 20 MiB of IP groups.
+// Reply caps: bytes on the wire. What a reply may cost in memory is
+// bounded separately, by Budgets.
 const (
 	CapSmall     = 1 << 20
 	CapIPGroups  = 32 << 20
@@ -29,12 +30,37 @@ const (
 	capErrorBody = 64 << 10
 )
 
+// Budgets bound the memory one reply may cost once decoded.
+type Budgets struct {
+	// Active caps the E4 reply, and any single value in it: a config is
+	// mostly one string (source_config_json), rendered afterwards into
+	// text about as large.
+	Active int64
+	// Entries bounds the IP-group entries one reply may hold once decoded
+	// (text plus a string header each); a group past it is rejected alone.
+	Entries int64
+	// Value bounds any other single JSON value (an error text, a setting).
+	Value int64
+}
+
+// BudgetsFor derives the budgets from the Go memory limit in force, so an
+// agent given 32 MiB stays within about 48 MiB of RSS whatever the server
+// sends: an E4 reply costs about four times its size while it is decoded,
+// parsed and rendered, and IP-group entries about three times theirs while
+// they are verified and landed.
+func BudgetsFor(memoryLimit int64) Budgets {
+	return Budgets{
+		Active:  min(max(memoryLimit/4, 2<<20), CapActive),
+		Entries: min(max(memoryLimit/4, 1<<20), CapIPGroups),
+		Value:   1 << 20,
+	}
+}
+
 // Client talks to one control plane.
 type Client struct {
-	// ActiveCap bounds the E4 reply (CapActive unless set): the agent sets
-	// it from memory_limit, since decoding a reply costs a few times its
-	// size in memory.
-	ActiveCap int64
+	// Budgets bound what a reply may cost; the agent sets them from
+	// memory_limit (BudgetsFor). Zero fields take the 32 MiB defaults.
+	Budgets Budgets
 
 	base    string
 	http    *http.Client
@@ -161,11 +187,7 @@ func (c *Client) Heartbeat(ctx context.Context, p *protocol.NodePayload) (protoc
 // ActiveConfig is E4.
 func (c *Client) ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error) {
 	var r protocol.ActiveConfig
-	limit := int64(CapActive)
-	if c.ActiveCap > 0 {
-		limit = min(limit, c.ActiveCap)
-	}
-	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, limit)
+	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, c.budgets().Active)
 	return r, err
 }
 
@@ -181,6 +203,21 @@ func (c *Client) SyncIPGroups(ctx context.Context, req *protocol.IPGroupSyncRequ
 	var r protocol.IPGroupSyncReply
 	err := c.do(ctx, "ip group sync", http.MethodPost, protocol.PathIPGroupSync, req, &r, CapIPGroups)
 	return r, err
+}
+
+// budgets returns the budgets in force.
+func (c *Client) budgets() Budgets {
+	b := BudgetsFor(32 << 20)
+	if c.Budgets.Active > 0 {
+		b.Active = c.Budgets.Active
+	}
+	if c.Budgets.Entries > 0 {
+		b.Entries = c.Budgets.Entries
+	}
+	if c.Budgets.Value > 0 {
+		b.Value = c.Budgets.Value
+	}
+	return b
 }
 
 // do sends one JSON call and decodes the envelope's data into out. Errors
@@ -219,59 +256,37 @@ func (c *Client) do(ctx context.Context, name, method, path string, in, out any,
 	if resp.StatusCode != http.StatusOK {
 		return &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	}
-	reply := &cappedReader{r: resp.Body, left: limit}
-	// Data decodes straight into out: no intermediate copy of a reply that
-	// may be 64 MiB.
-	env := struct {
-		ErrorMsg string `json:"error_msg"`
-		Data     any    `json:"data"`
-	}{Data: out}
-	err = json.NewDecoder(reply).Decode(&env)
+	budgets := c.budgets()
+	// E4 is mostly one string: its value budget is the whole reply's.
+	maxValue := budgets.Value
+	if limit > maxValue && path == protocol.PathActive {
+		maxValue = limit
+	}
+	reply := &budgetReader{r: resp.Body, left: limit, maxValue: maxValue}
+	errorMsg, err := newStream(reply, budgets.Entries).envelope(out)
 	switch {
 	case reply.over:
-		return fmt.Errorf("%s: reply exceeds %d MiB: %w", name, limit>>20, ErrTooLarge)
+		return fmt.Errorf("%s: reply exceeds %s: %w", name, mib(limit), ErrTooLarge)
+	case reply.valueBig:
+		return fmt.Errorf("%s: reply holds a value over %s: %w", name, mib(maxValue), ErrValueTooLarge)
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) && reply.read > 0:
 		return fmt.Errorf("%s: read reply: %w", name, io.ErrUnexpectedEOF)
 	case err != nil && reply.err != nil:
 		return fmt.Errorf("%s: read reply: %w", name, reply.err)
 	case err != nil:
 		return fmt.Errorf("%s: reply is not a JSON envelope: %w", name, err)
-	case env.ErrorMsg != "":
-		return &Error{Endpoint: name, Status: resp.StatusCode, Message: bounded(env.ErrorMsg, maxMessage)}
+	case errorMsg != "":
+		return &Error{Endpoint: name, Status: resp.StatusCode, Message: bounded(errorMsg, maxMessage)}
 	}
 	return nil
 }
 
-// cappedReader fails once more than left bytes were read, remembering
-// why the stream ended.
-type cappedReader struct {
-	r    io.Reader
-	left int64
-	read int64
-	over bool
-	err  error
-}
-
-func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		// One byte past the cap proves the reply is too large.
-		var one [1]byte
-		if n, _ := c.r.Read(one[:]); n > 0 {
-			c.over = true
-			return 0, ErrTooLarge
-		}
-		return 0, io.EOF
+// mib formats a byte budget for an error.
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
 	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	c.read += int64(n)
-	if err != nil && err != io.EOF {
-		c.err = err
-	}
-	return n, err
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // errorMessage extracts error_msg from an error reply, or nothing when the

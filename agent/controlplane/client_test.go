@@ -3,12 +3,14 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,7 +204,7 @@ func TestRedirectsNotFollowed(t *testing.T) {
 
 // A server's error text is bounded before anything stores or echoes it.
 func TestErrorMessageBounded(t *testing.T) {
-	huge := strings.Repeat("é", 1<<20)
+	huge := strings.Repeat("é", 1<<18)
 	for _, status := range []int{200, 500} {
 		c := server(t, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(status)
@@ -215,5 +217,109 @@ func TestErrorMessageBounded(t *testing.T) {
 		if !errors.As(err, &apiErr) || len(apiErr.Message) > maxMessage+64 || status == 200 && !strings.Contains(apiErr.Message, "bytes cut") {
 			t.Fatalf("status %d: message of %d bytes: %.80s", status, len(apiErr.Message), err)
 		}
+	}
+}
+
+// One value over its budget (an endless string) fails the reply as soon as
+// the budget is spent, not at the reply cap; an E4 config may be as large
+// as the E4 budget.
+func TestValueBudget(t *testing.T) {
+	var sent atomic.Int64
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"error_msg":"`))
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		for i := 0; i < 512; i++ {
+			n, err := w.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		w.Write([]byte(`"}`))
+	})
+	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
+	_, err := c.Heartbeat(context.Background(), payload())
+	if !errors.Is(err, ErrValueTooLarge) || !strings.Contains(err.Error(), "heartbeat: reply holds a value over 1 MiB") {
+		t.Fatalf("err = %v", err)
+	}
+
+	config := strings.Repeat("c", 6<<20)
+	c = server(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"data":{"version":"v1","checksum":"c","source_config_json":%q}}`, config)
+	})
+	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
+	got, err := c.ActiveConfig(context.Background())
+	if err != nil || got.SourceConfigJSON != config {
+		t.Fatalf("6 MiB config under an 8 MiB budget: %d bytes, %v", len(got.SourceConfigJSON), err)
+	}
+	c.Budgets.Active = 4 << 20
+	if _, err := c.ActiveConfig(context.Background()); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "active config: reply exceeds 4 MiB") {
+		t.Fatalf("6 MiB config under a 4 MiB budget: %v", err)
+	}
+}
+
+// A group over the reply's entry budget is rejected alone; the reply, the
+// groups before and after it, and the rest of the heartbeat still decode.
+func TestEntryBudgetRejectsGroupAlone(t *testing.T) {
+	entries := func(n int) string {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"10.%d.%d.%d"`, i>>16&0xff, i>>8&0xff, i&0xff)
+		}
+		return b.String()
+	}
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"data":{"active_config":{"version":"v9","checksum":"c9"},"waf_ip_groups":[`+
+			`{"id":1,"enabled":true,"ip_list":[%s],"checksum":"a"},`+
+			`{"id":2,"enabled":true,"ip_list":[%s],"checksum":"b"},`+
+			`{"id":3,"enabled":true,"ip_list":["192.0.2.1"],"checksum":"c"}]}}`, entries(1000), entries(100_000))
+	})
+	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
+	r, err := c.Heartbeat(context.Background(), payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ActiveConfig == nil || r.ActiveConfig.Version != "v9" || len(r.WAFIPGroups) != 3 {
+		t.Fatalf("reply: %+v", r.ActiveConfig)
+	}
+	g1, g2, g3 := r.WAFIPGroups[0], r.WAFIPGroups[1], r.WAFIPGroups[2]
+	if g1.Malformed != "" || len(g1.IPList) != 1000 || g1.Checksum != "a" {
+		t.Fatalf("group 1: %d entries, %q", len(g1.IPList), g1.Malformed)
+	}
+	if g2.ID != 2 || g2.IPList != nil || !strings.Contains(g2.Malformed, "over this node's budget of 1 MiB") {
+		t.Fatalf("group 2: %d entries, %q", len(g2.IPList), g2.Malformed)
+	}
+	if g3.Malformed != "" || len(g3.IPList) != 1 {
+		t.Fatalf("group 3: %+v", g3)
+	}
+}
+
+// Wrong-typed fields and elements mark their group alone.
+func TestMalformedGroupsStream(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":{"waf_ip_groups":[{"id":-1},{"id":"x","ip_list":[1]},5,[1,[2]],{"id":4,"ip_list":{"a":[1]}},`+
+			`{"id":5,"ip_list":["192.0.2.1",{"x":1},"192.0.2.2"]},{"id":6,"enabled":true,"ip_list":null,"checksum":"s","extra":{"deep":[1,{"a":2}]}}],`+
+			`"agent_settings":{"heartbeat_interval":5000}}}`)
+	})
+	r, err := c.Heartbeat(context.Background(), payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.WAFIPGroups) != 7 || r.AgentSettings.HeartbeatInterval != 5000 {
+		t.Fatalf("%d groups, settings %+v", len(r.WAFIPGroups), r.AgentSettings)
+	}
+	for i, g := range r.WAFIPGroups[:6] {
+		if g.Malformed == "" {
+			t.Errorf("element %d not marked malformed: %+v", i, g)
+		}
+	}
+	if g := r.WAFIPGroups[4]; g.ID != 4 {
+		t.Errorf("element 4 lost its id: %+v", g)
+	}
+	if g := r.WAFIPGroups[6]; g.Malformed != "" || g.ID != 6 || !g.Enabled || g.Checksum != "s" || g.IPList != nil {
+		t.Errorf("element 6: %+v", g)
 	}
 }

@@ -36,39 +36,57 @@ import (
 // root and its workers another user, as on a VPS.
 func TestMain(m *testing.M) { nstest.MainRoot(m) }
 
-var (
-	buildOnce gosync.Once
-	builtBin  string
-	buildErr  error
-)
+// builds holds the agent binaries, built once per test binary: with the
+// race detector (every test but the memory ones) or without.
+var builds [2]struct {
+	once gosync.Once
+	bin  string
+	err  error
+}
 
-// agentBinary builds the agent once per test binary, with the race
-// detector and the crash points compiled in.
-func agentBinary(t *testing.T) string {
+// agentBinary builds the agent with the race detector and the crash points
+// compiled in.
+func agentBinary(t *testing.T) string { return buildAgent(t, true) }
+
+// plainAgentBinary builds the agent as released, but with the crash
+// points: memory measured under the race detector means nothing.
+func plainAgentBinary(t *testing.T) string { return buildAgent(t, false) }
+
+func buildAgent(t *testing.T, race bool) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	b := &builds[0]
+	if race {
+		b = &builds[1]
+	}
+	b.once.Do(func() {
 		root := testsupport.ModuleRoot(t)
 		dir, err := os.MkdirTemp("", "openflare-e2e-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
 		// A service-user agent must be able to run it.
 		if err := os.Chmod(dir, 0o755); err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		builtBin = filepath.Join(dir, "openflare-agent")
-		cmd := exec.Command("go", "build", "-race", "-tags", "testhooks nethttpomithttp2", "-ldflags", "-X main.version=e2e-test", "-o", builtBin, ".")
+		b.bin = filepath.Join(dir, "openflare-agent")
+		args := []string{"build", "-race", "-ldflags", "-X main.version=e2e-test"}
+		if !race {
+			// As `make build` links it, so its RSS is the released one's.
+			args = []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=e2e-test"}
+		}
+		args = append(args, "-tags", "testhooks nethttpomithttp2", "-o", b.bin, ".")
+		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build agent: %v\n%s", err, out)
+			b.err = fmt.Errorf("build agent: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return builtBin
+	return b.bin
 }
 
 // controlPlane starts a test control plane with a short heartbeat interval
@@ -106,7 +124,10 @@ type node struct {
 	config  string
 	// wrap runs the agent through a command (umask, setpriv, ...): the
 	// agent's path and arguments are appended to it.
-	wrap   []string
+	wrap []string
+	// bin replaces the race-enabled agent (memory is measured without the
+	// race detector, which multiplies it).
+	bin    string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	logs   *testsupport.Buffer
@@ -152,7 +173,11 @@ func (n *node) start(env ...string) {
 	if n.cmd != nil {
 		n.t.Fatal("agent already running")
 	}
-	args := []string{agentBinary(n.t), "-config", n.config}
+	bin := n.bin
+	if bin == "" {
+		bin = agentBinary(n.t)
+	}
+	args := []string{bin, "-config", n.config}
 	if len(n.wrap) > 0 {
 		args = append(slices.Clone(n.wrap), args...)
 	}

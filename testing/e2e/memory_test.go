@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/controlplane"
+	"github.com/openflare/openflare-agent/testing/testsupport"
+)
+
+// rssCeilingKiB is the figure the agent must hold with memory_limit 32 MiB
+// whatever the server sends: a 128 MiB router keeps the rest for nginx.
+const rssCeilingKiB = 48 << 10
+
+// statusKiB reads one "Name:  N kB" line of /proc/<pid>/status.
+func statusKiB(t *testing.T, pid int, name string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", name, pid)
+	return 0
+}
+
+// ipList is n distinct IPv4 addresses in 10.0.0.0/8 and beyond, sorted as
+// the server sorts them.
+func ipList(n int, extra ...string) []string {
+	list := make([]string, 0, n+len(extra))
+	for i := 0; len(list) < n; i++ {
+		list = append(list, fmt.Sprintf("%d.%d.%d.%d", 10+i>>24, i>>16&0xff, i>>8&0xff, i&0xff))
+	}
+	return append(list, extra...)
+}
+
+// With memory_limit 32 MiB the agent's peak RSS stays within 48 MiB
+// whatever the server sends: endless replies on the heartbeat and E4, an
+// E4 and an IP group each over their budget, and the largest of each that
+// the budget admits. What is over budget fails with an error naming the
+// endpoint and the limit, and the node keeps serving.
+func TestMemoryBoundedUnderHostileReplies(t *testing.T) {
+	cp := controlPlane(t)
+	o := origin(t, "v1")
+	src := func(ipGroups ...uint64) controlplane.Source {
+		s := controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "mem.test", o)}}
+		if len(ipGroups) > 0 {
+			s.WAF = &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{controlplane.DefaultRuleGroup(), controlplane.IPMatchRuleGroup(2, "deny", ipGroups...)}}
+		}
+		return s
+	}
+	v1 := publish(t, cp, src())
+	n := newNode(t, cp, map[string]any{"memory_limit": "32MiB"})
+	n.bin = plainAgentBinary(t)
+	n.start()
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	waitServes(t, "mem.test", "/", "origin-ok v1")
+	pid := n.cmd.Process.Pid
+	phase := func(name string) {
+		t.Logf("%-40s VmHWM %6.1f MiB, VmRSS %6.1f MiB", name, float64(statusKiB(t, pid, "VmHWM"))/1024, float64(statusKiB(t, pid, "VmRSS"))/1024)
+	}
+	phase("serving v1")
+
+	// Endless replies: 512 MiB of one JSON string, on each endpoint.
+	cp.Inject(controlplane.Fault{Path: protocol.PathHeartbeat, Oversize: 512 << 20})
+	n.waitLog(`heartbeat: reply holds a value over 1 MiB`, 60*time.Second)
+	phase("512 MiB heartbeat reply")
+	cp.Inject(controlplane.Fault{Path: protocol.PathActive, Oversize: 512 << 20})
+	v2 := publish(t, cp, src(), protocol.SupportFile{Path: "padding.txt", Content: strings.Repeat("p", 1<<20)})
+	const e4Over = `active config: reply exceeds 8 MiB`
+	n.waitLog(e4Over, 60*time.Second)
+	phase("512 MiB E4 reply")
+	// The next attempt (after back-off) gets the real reply.
+	waitApplyLog(t, cp, v2.Version, protocol.ResultSuccess)
+	phase("v2 after the oversized E4")
+
+	// The largest config a node of this size takes: 4 MiB of support
+	// files, which no real config approaches.
+	v3 := publish(t, cp, src(), protocol.SupportFile{Path: "padding.txt", Content: strings.Repeat("q", 7<<20)})
+	waitApplyLog(t, cp, v3.Version, protocol.ResultSuccess)
+	phase("7 MiB config applied")
+
+	// Over budget: refused whole, named, and v3 keeps serving.
+	big := publish(t, cp, src(), protocol.SupportFile{Path: "padding.txt", Content: strings.Repeat("r", 40<<20)})
+	testsupport.WaitFor(t, 60*time.Second, "the 40 MiB config to be refused", func() bool { return strings.Count(n.logs.String(), e4Over) >= 2 })
+	phase("40 MiB config refused")
+	if st := n.state(); st.Current.Version != v3.Version {
+		t.Fatalf("state moved to %q on a config over budget (%s)", st.Current.Version, big.Version)
+	}
+
+	// A 200 000-entry IP group lands and is enforced.
+	cp.SetIPGroup(protocol.WAFIPGroup{ID: 7, Name: "deny", Type: "manual", Enabled: true, IPList: ipList(200_000, "127.0.0.70")})
+	v4 := publish(t, cp, src(7))
+	waitApplyLog(t, cp, v4.Version, protocol.ResultSuccess)
+	testsupport.WaitFor(t, 30*time.Second, "the 200 000-entry group to be enforced", func() bool {
+		return request("GET", "http", "mem.test", "/", "127.0.0.70").status == 403
+	})
+	phase("200 000-entry group enforced")
+
+	// A 1 000 000-entry group (17 MiB of JSON, within PROTOCOL's 20 MiB
+	// snapshot) is over this node's budget: that group is refused with a
+	// clear error, the 200 000-entry version stays enforced, and the
+	// heartbeats carrying it still work.
+	cp.SetIPGroup(protocol.WAFIPGroup{ID: 7, Name: "deny", Type: "manual", Enabled: true, IPList: ipList(1_000_000, "127.0.0.71")})
+	n.waitLog(`over this node's budget of 8 MiB for IP-group entries`, 60*time.Second)
+	phase("1 000 000-entry group refused")
+	if r := request("GET", "http", "mem.test", "/", "127.0.0.70"); r.status != 403 {
+		t.Fatalf("the landed group stopped being enforced: %d", r.status)
+	}
+	waitServes(t, "mem.test", "/", "origin-ok v1")
+	v5 := publish(t, cp, src(7), protocol.SupportFile{Path: "padding.txt", Content: "v5"})
+	waitApplyLog(t, cp, v5.Version, protocol.ResultSuccess)
+	phase("v5 applied beside the refused group")
+
+	if hwm := statusKiB(t, pid, "VmHWM"); hwm > rssCeilingKiB {
+		t.Fatalf("peak RSS %.1f MiB, over %d MiB", float64(hwm)/1024, rssCeilingKiB>>10)
+	}
+}
