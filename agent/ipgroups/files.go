@@ -186,11 +186,18 @@ func checksumLine(data []byte) []byte {
 	return []byte(hex.EncodeToString(sum[:]) + "\n")
 }
 
-// writeSnapshot lands data: the JSON first, then the checksum file, each
-// atomically. The Lua side reads the JSON only after the checksum file
-// changes, so it never sees a checksum whose JSON is not complete on disk.
-func writeSnapshot(dir string, data []byte) error {
+// writeSnapshot lands data and its compiled form: the JSON, then the
+// compiled file, then the checksum file, each atomically. The Lua side
+// looks at the compiled file only after the checksum file changes, and
+// takes it only when its label is that checksum, so it never uses a file
+// that is not complete on disk. A crash before the checksum file leaves
+// the old checksum, which the old compiled file no longer matches: the
+// workers keep their groups until Open repairs both.
+func writeSnapshot(dir string, data, compiled []byte) error {
 	if err := atomicfile.WriteFile(filepath.Join(dir, SnapshotName), data, fileMode); err != nil {
+		return fmt.Errorf("ip groups: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CompiledName), compiled, fileMode); err != nil {
 		return fmt.Errorf("ip groups: %w", err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, ChecksumName), checksumLine(data), fileMode); err != nil {
@@ -200,7 +207,7 @@ func writeSnapshot(dir string, data []byte) error {
 }
 
 // moveAside renames an unusable snapshot to <name>.corrupt-<unix> so it can
-// be inspected, and removes the checksum file that described it: with no
+// be inspected, and removes the checksum and compiled files that described it: with no
 // checksum file the Lua side keeps its current groups quietly instead of
 // retrying a file that is gone.
 func moveAside(dir string) (string, error) {
@@ -212,13 +219,16 @@ func moveAside(dir string) (string, error) {
 	if err := os.Remove(filepath.Join(dir, ChecksumName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("ip groups: remove stale checksum file: %w", err)
 	}
+	if err := os.Remove(filepath.Join(dir, CompiledName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("ip groups: remove stale compiled snapshot: %w", err)
+	}
 	return aside, atomicfile.SyncDir(dir)
 }
 
 // removeStaleTemps deletes temp files a write killed mid-way left behind;
-// a snapshot temp file can be 20 MiB.
+// a snapshot temp file can be 20 MiB, a compiled one more.
 func removeStaleTemps(dir string) {
-	for _, name := range []string{SnapshotName, ChecksumName} {
+	for _, name := range []string{SnapshotName, CompiledName, ChecksumName} {
 		stale, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*"))
 		for _, f := range stale {
 			os.Remove(f)

@@ -123,15 +123,22 @@ func assertSnapshot(t *testing.T, dir string, groups ...protocol.WAFIPGroup) {
 	assertConsistent(t, dir)
 }
 
-// assertConsistent checks the checksum file is sha256(JSON)+"\n" and both
-// files are mode 0644.
+// assertConsistent checks the checksum file is sha256(JSON)+"\n", the
+// compiled file is the JSON's compiled form, and all three are mode 0644.
 func assertConsistent(t *testing.T, dir string) {
 	t.Helper()
 	data := readFile(t, filepath.Join(dir, SnapshotName))
 	if got, want := string(readFile(t, filepath.Join(dir, ChecksumName))), sha(data)+"\n"; got != want {
 		t.Fatalf("checksum file %q, want %q", got, want)
 	}
-	for _, name := range []string{SnapshotName, ChecksumName} {
+	want, err := Compile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, CompiledName)); !bytes.Equal(got, want) {
+		t.Fatalf("compiled file (%d bytes) is not the JSON's compiled form (%d bytes)", len(got), len(want))
+	}
+	for _, name := range []string{SnapshotName, CompiledName, ChecksumName} {
 		info, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +158,7 @@ func readFile(t testing.TB, path string) []byte {
 	return data
 }
 
-// snapshotFiles returns both files' bytes and stat results, to prove an
+// snapshotFiles returns the three files' bytes and stat results, to prove an
 // update left them alone.
 type fileState struct {
 	data []byte
@@ -161,7 +168,7 @@ type fileState struct {
 func snapshotFiles(t *testing.T, dir string) []fileState {
 	t.Helper()
 	var out []fileState
-	for _, name := range []string{SnapshotName, ChecksumName} {
+	for _, name := range []string{SnapshotName, CompiledName, ChecksumName} {
 		path := filepath.Join(dir, name)
 		info, err := os.Stat(path)
 		if err != nil {

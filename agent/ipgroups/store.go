@@ -123,8 +123,15 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	}
 	if err == nil {
 		sums, perr := parseHeads(data)
+		var compiled []byte
+		if perr == nil {
+			compiled, perr = s.staleCompiled(data)
+		}
 		if perr == nil {
 			s.setSums(sums)
+			if err := s.repairCompiled(compiled); err != nil {
+				return nil, err
+			}
 			return s, s.repairChecksum(data)
 		}
 		err = perr
@@ -135,6 +142,31 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	}
 	log.Warn("ip group snapshot could not be used; moved aside, starting empty", "path", s.path(), "moved_to", aside, "err", err)
 	return s, nil
+}
+
+// staleCompiled returns the compiled file for data when the one on disk is
+// missing or was compiled from other JSON (a crash between the writes, or
+// an agent that predates it), and nil when it is current.
+func (s *Store) staleCompiled(data []byte) ([]byte, error) {
+	label, err := readCompiledLabel(s.dir)
+	if err == nil && label == labelOf(data) {
+		return nil, nil
+	}
+	s.log.Info("ip group compiled snapshot is missing or stale; rebuilding", "path", filepath.Join(s.dir, CompiledName), "reason", err)
+	return Compile(data)
+}
+
+// repairCompiled writes a rebuilt compiled file (nil: none needed). It runs
+// before repairChecksum: the checksum file is what makes the workers look,
+// so it must come last.
+func (s *Store) repairCompiled(compiled []byte) error {
+	if compiled == nil {
+		return nil
+	}
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, CompiledName), compiled, fileMode); err != nil {
+		return fmt.Errorf("ip groups: repair compiled snapshot: %w", err)
+	}
+	return nil
 }
 
 // repairChecksum rewrites the checksum file when it does not describe the
@@ -370,14 +402,20 @@ func changedFrom(verified map[string]verifiedGroup, sums map[string]string) map[
 	return verified
 }
 
-// land encodes and writes a complete snapshot, leaving the old files
-// untouched when it is over the size limit or the JSON write fails.
+// land encodes, compiles and writes a complete snapshot, leaving the old
+// files untouched when it is over the size limit, does not compile, or the
+// JSON write fails. The snapshot is compiled here, exactly when the JSON
+// is rewritten, and never for an unchanged one.
 func (s *Store) land(groups map[string]json.RawMessage) error {
 	data, err := encodeSnapshot(groups)
 	if err != nil {
 		return err
 	}
-	return writeSnapshot(s.dir, data)
+	compiled, err := compileGroups(groups, labelOf(data))
+	if err != nil {
+		return err
+	}
+	return writeSnapshot(s.dir, data, compiled)
 }
 
 // missingError names referenced groups the snapshot still lacks, or is nil.

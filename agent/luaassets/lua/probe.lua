@@ -25,7 +25,7 @@ local LUA_FILES = {
 -- missing one is fine, an unreadable one is not.
 local OPTIONAL_FILES = {
     RUNTIME_DIR .. "/waf_config.json",
-    RUNTIME_DIR .. "/waf_ip_groups.json",
+    RUNTIME_DIR .. "/waf_ip_groups.bin",
     RUNTIME_DIR .. "/waf_ip_groups.json.checksum",
     CERT_DIR .. "/error_pages/origin_error.html.tmpl",
     CERT_DIR .. "/sw/sw.js",

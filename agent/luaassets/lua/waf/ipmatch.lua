@@ -1,4 +1,4 @@
--- IPv4/IPv6 address matcher for ip_match nodes and IP groups.
+-- IPv4/IPv6 address matcher for ip_match node literals (ips, cidrs).
 --
 -- A list of entries ("192.0.2.1", "10.0.0.0/8", "2001:db8::/32", ...) is
 -- compiled into one hash table per family and prefix length, keyed by the
@@ -6,6 +6,11 @@
 -- length, whatever the size of the list. A plain address is a full-length
 -- prefix (/32 or /128). IPv4 and IPv4-mapped IPv6 stay separate families on
 -- purpose, and an entry that does not parse never matches anything.
+--
+-- IP groups are not compiled here: the agent compiles them into
+-- waf_ip_groups.bin with a Go port of this entry syntax
+-- (agent/ipgroups/entry.go). A change to what parse accepts must be made
+-- there too; TestEntrySyntaxMatchesLua compares the two.
 
 local bit = require("bit")
 

@@ -1,0 +1,350 @@
+package ipgroups
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// The compiled snapshot, waf_ip_groups.bin, is what the nginx workers
+// match against: decoding the JSON in every worker cost about 100 bytes of
+// Lua heap per entry, so a 1 000 000-entry group got the workers of a
+// small router OOM-killed. The file holds each group as sorted, merged
+// address ranges that the Lua side binary-searches in place (mapped or as
+// one string), with no per-entry Lua objects.
+//
+// Layout, every integer a uint32 in the host's byte order (the agent and
+// nginx run on the same machine):
+//
+//	0   magic "OFIPGBIN"
+//	8   format version (1)
+//	12  0x01020304, so a reader with the other byte order sees a mismatch
+//	16  label: the 64 hex characters of the .checksum file this file was
+//	    compiled from (the sha256 of the JSON)
+//	80  number of groups
+//	84  zero
+//	88  one 32-byte record per group, ascending by id:
+//	      id low 32 bits, id high 32 bits, flags (bit 0: enabled),
+//	      IPv4 range count, IPv4 offset, IPv6 range count, IPv6 offset, zero
+//	    offsets are in bytes from the start of the file
+//	…   IPv4 ranges: lo, hi (inclusive), ascending, disjoint, not adjacent
+//	…   IPv6 ranges: lo, hi as four words each, most significant first
+//
+// IPv4 and IPv4-mapped IPv6 addresses stay separate families, as in
+// waf/ipmatch.lua.
+const (
+	CompiledName = "waf_ip_groups.bin"
+
+	compiledMagic   = "OFIPGBIN"
+	compiledFormat  = 1
+	byteOrderMark   = 0x01020304
+	labelLen        = 64
+	headerSize      = 88
+	recordSize      = 32
+	v4RangeSize     = 8
+	v6RangeSize     = 32
+	flagEnabled     = 1
+	labelOffset     = 16
+	groupCountWord  = 80
+	firstRecordByte = headerSize
+)
+
+// MaxCompiledBytes bounds the compiled file. Every snapshot within
+// MaxSnapshotBytes fits: the shortest IPv6 entry that yields a range of its
+// own takes 5 bytes of JSON ("::1",) and 32 in the file. The Lua side
+// refuses larger files with the same bound.
+const MaxCompiledBytes = 7 * MaxSnapshotBytes
+
+var native = binary.NativeEndian
+
+// labelOf is the checksum label of a snapshot: the .checksum file's content
+// without the newline.
+func labelOf(snapshot []byte) string {
+	sum := sha256.Sum256(snapshot)
+	return hex.EncodeToString(sum[:])
+}
+
+// Compile builds the compiled file for a snapshot (the exact bytes of
+// waf_ip_groups.json).
+func Compile(snapshot []byte) ([]byte, error) {
+	groups, err := parseRaw(snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("ip groups: compile: decode snapshot: %w", err)
+	}
+	return compileGroups(groups, labelOf(snapshot))
+}
+
+// compileGroups builds the compiled file from the snapshot's raw groups.
+// Memory is the output plus one group's ranges at a time: the entries are
+// streamed out of the raw JSON, never collected as strings.
+func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, error) {
+	if len(label) != labelLen {
+		return nil, fmt.Errorf("ip groups: compile: label %q is not %d characters", label, labelLen)
+	}
+	keys := make([]uint64, 0, len(groups))
+	for key := range maps.Keys(groups) {
+		id, err := parseKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("ip groups: compile: %w", err)
+		}
+		keys = append(keys, id)
+	}
+	slices.Sort(keys)
+
+	buf := make([]byte, firstRecordByte+recordSize*len(keys))
+	copy(buf, compiledMagic)
+	native.PutUint32(buf[8:], compiledFormat)
+	native.PutUint32(buf[12:], byteOrderMark)
+	copy(buf[labelOffset:], label)
+	native.PutUint32(buf[groupCountWord:], uint32(len(keys)))
+
+	var c compiler
+	for i, id := range keys {
+		key := idKey(id)
+		enabled, err := c.group(groups[key])
+		if err != nil {
+			return nil, fmt.Errorf("ip groups: compile group %s: %w", key, err)
+		}
+		rec := buf[firstRecordByte+recordSize*i:]
+		native.PutUint32(rec[0:], uint32(id))
+		native.PutUint32(rec[4:], uint32(id>>32))
+		if !enabled {
+			continue
+		}
+		native.PutUint32(rec[8:], flagEnabled)
+		// The offsets are checked below: the whole file stays under 4 GiB.
+		native.PutUint32(rec[12:], uint32(len(c.v4)))
+		native.PutUint32(rec[16:], uint32(len(buf)))
+		for _, r := range c.v4 {
+			buf = native.AppendUint32(buf, uint32(r>>32))
+			buf = native.AppendUint32(buf, uint32(r))
+		}
+		// buf may have moved; the record is re-sliced.
+		rec = buf[firstRecordByte+recordSize*i:]
+		native.PutUint32(rec[20:], uint32(len(c.v6)))
+		native.PutUint32(rec[24:], uint32(len(buf)))
+		for _, r := range c.v6 {
+			buf = appendU128(buf, r.lo)
+			buf = appendU128(buf, r.hi)
+		}
+		if len(buf) > MaxCompiledBytes {
+			return nil, fmt.Errorf("ip groups: compiled snapshot exceeds %d bytes", MaxCompiledBytes)
+		}
+	}
+	return buf, nil
+}
+
+func appendU128(buf []byte, v u128) []byte {
+	buf = native.AppendUint32(buf, uint32(v.hi>>32))
+	buf = native.AppendUint32(buf, uint32(v.hi))
+	buf = native.AppendUint32(buf, uint32(v.lo>>32))
+	return native.AppendUint32(buf, uint32(v.lo))
+}
+
+type range6 struct{ lo, hi u128 }
+
+// compiler holds one group's ranges; the slices are reused from group to
+// group.
+type compiler struct {
+	// v4 packs each range as lo<<32 | hi, so sorting the integers sorts
+	// the ranges: 8 bytes per entry.
+	v4 []uint64
+	v6 []range6
+}
+
+// group compiles one stored group object into c.v4 and c.v6 and reports
+// whether it is enabled. Like the Lua runtime used to, it counts any
+// "enabled" other than false or null as enabled (the agent only ever
+// writes booleans), takes a non-array ip_list as empty, and ignores
+// entries that are not strings. Of repeated keys the last wins, as in a
+// decoded object.
+func (c *compiler) group(raw json.RawMessage) (enabled bool, err error) {
+	c.v4, c.v6 = c.v4[:0], c.v6[:0]
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := expectDelim(dec, '{'); err != nil {
+		return false, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false, err
+		}
+		switch tok {
+		case "enabled":
+			v, err := dec.Token()
+			if err != nil {
+				return false, err
+			}
+			if err := skipRest(dec, v); err != nil {
+				return false, err
+			}
+			enabled = v != nil && v != false
+		case "ip_list":
+			c.v4, c.v6 = c.v4[:0], c.v6[:0]
+			if err := c.list(dec); err != nil {
+				return false, err
+			}
+		default:
+			if err := skipValue(dec); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return false, err
+	}
+	if !enabled {
+		c.v4, c.v6 = c.v4[:0], c.v6[:0]
+		return false, nil
+	}
+	c.merge()
+	return true, nil
+}
+
+func (c *compiler) list(dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('[') {
+		return skipRest(dec, tok)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		s, ok := tok.(string)
+		if !ok {
+			if err := skipRest(dec, tok); err != nil {
+				return err
+			}
+			continue
+		}
+		e, ok := parseEntry(s)
+		switch {
+		case !ok:
+		case e.v6:
+			lo, hi := v6Range(e.a6, e.plen)
+			c.v6 = append(c.v6, range6{lo, hi})
+		default:
+			lo, hi := v4Range(e.v4, e.plen)
+			c.v4 = append(c.v4, uint64(lo)<<32|uint64(hi))
+		}
+	}
+	return expectDelim(dec, ']')
+}
+
+// merge sorts the ranges and joins overlapping and adjacent ones in place.
+func (c *compiler) merge() {
+	slices.Sort(c.v4)
+	out := c.v4[:0]
+	for _, r := range c.v4 {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			lastHi := *last & 0xffffffff
+			if r>>32 <= lastHi+1 {
+				if hi := r & 0xffffffff; hi > lastHi {
+					*last = *last&^0xffffffff | hi
+				}
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	c.v4 = out
+
+	slices.SortFunc(c.v6, func(a, b range6) int {
+		// The merge below joins ranges with equal lo in any order.
+		if c := cmp.Compare(a.lo.hi, b.lo.hi); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.lo.lo, b.lo.lo)
+	})
+	out6 := c.v6[:0]
+	for _, r := range c.v6 {
+		if n := len(out6); n > 0 {
+			last := &out6[n-1]
+			after, ok := last.hi.next()
+			if !ok || !after.less(r.lo) {
+				if last.hi.less(r.hi) {
+					last.hi = r.hi
+				}
+				continue
+			}
+		}
+		out6 = append(out6, r)
+	}
+	c.v6 = out6
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("want %v, found %v", want, tok)
+	}
+	return nil
+}
+
+// skipValue skips the next value.
+func skipValue(dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	return skipRest(dec, tok)
+}
+
+// skipRest skips the rest of a value whose first token was tok.
+func skipRest(dec *json.Decoder, tok json.Token) error {
+	if d, ok := tok.(json.Delim); !ok || (d != '[' && d != '{') {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
+	return nil
+}
+
+// errStaleCompiled marks a compiled file that does not belong to the JSON.
+var errStaleCompiled = errors.New("compiled snapshot does not match")
+
+// readCompiledLabel reads the label of the compiled file in dir, checking
+// that its header is one this agent writes.
+func readCompiledLabel(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, CompiledName))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	head := make([]byte, headerSize)
+	if _, err := io.ReadFull(f, head); err != nil {
+		return "", fmt.Errorf("%w: header: %w", errStaleCompiled, err)
+	}
+	if string(head[:8]) != compiledMagic || native.Uint32(head[8:]) != compiledFormat || native.Uint32(head[12:]) != byteOrderMark {
+		return "", fmt.Errorf("%w: unknown header %q format %d", errStaleCompiled, head[:8], native.Uint32(head[8:]))
+	}
+	return string(head[labelOffset : labelOffset+labelLen]), nil
+}

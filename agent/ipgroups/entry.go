@@ -1,0 +1,223 @@
+package ipgroups
+
+import "strings"
+
+// This file is the Go twin of the entry syntax in waf/ipmatch.lua: an entry
+// the Lua parser rejects must be rejected here too (it never matches), and
+// an accepted one must cover the same addresses. It is deliberately a
+// port of that parser, not net/netip, which accepts zones and differs in
+// other corners. TestEntrySyntaxMatchesLua in agent/luaassets checks the
+// two against each other inside nginx.
+
+// u128 is an IPv6 address or bound, most significant half first.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
+
+// next returns a+1 and false when a is the largest value.
+func (a u128) next() (u128, bool) {
+	if a.lo != ^uint64(0) {
+		return u128{a.hi, a.lo + 1}, true
+	}
+	if a.hi != ^uint64(0) {
+		return u128{a.hi + 1, 0}, true
+	}
+	return a, false
+}
+
+// entry is a parsed list entry: a network of one family.
+type entry struct {
+	v6   bool
+	v4   uint32
+	a6   u128
+	plen int
+}
+
+// parseV4 accepts exactly four decimal octets without leading zeros.
+func parseV4(s string) (uint32, bool) {
+	var n uint32
+	dots, octet, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '.':
+			if digits == 0 || dots == 3 {
+				return 0, false
+			}
+			n = n<<8 | uint32(octet)
+			dots, octet, digits = dots+1, 0, 0
+		case c >= '0' && c <= '9':
+			if digits > 0 && octet == 0 {
+				return 0, false
+			}
+			octet = octet*10 + int(c-'0')
+			digits++
+			if octet > 255 {
+				return 0, false
+			}
+		default:
+			return 0, false
+		}
+	}
+	if dots != 3 || digits == 0 {
+		return 0, false
+	}
+	return n<<8 | uint32(octet), true
+}
+
+func hexValue(c byte) (uint16, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return uint16(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return uint16(c-'a') + 10, true
+	case c >= 'A' && c <= 'F':
+		return uint16(c-'A') + 10, true
+	}
+	return 0, false
+}
+
+// parseGroups appends the 16-bit groups of one side of a "::". With tailV4
+// the last piece may be a dotted quad standing for two groups.
+func parseGroups(s string, out []uint16, tailV4 bool) ([]uint16, bool) {
+	if s == "" {
+		return out, true
+	}
+	start := 0
+	for {
+		colon := strings.IndexByte(s[start:], ':')
+		stop := len(s)
+		if colon >= 0 {
+			colon += start
+			stop = colon
+		}
+		if colon < 0 && tailV4 && strings.IndexByte(s[start:], '.') >= 0 {
+			v4, ok := parseV4(s[start:])
+			if !ok {
+				return out, false
+			}
+			return append(out, uint16(v4>>16), uint16(v4)), true
+		}
+		if stop == start || stop-start > 4 {
+			return out, false
+		}
+		var v uint16
+		for k := start; k < stop; k++ {
+			h, ok := hexValue(s[k])
+			if !ok {
+				return out, false
+			}
+			v = v<<4 | h
+		}
+		out = append(out, v)
+		if colon < 0 {
+			return out, true
+		}
+		start = colon + 1
+	}
+}
+
+func parseV6(s string) (u128, bool) {
+	var headBuf, tailBuf [8]uint16
+	head, tail := headBuf[:0], tailBuf[:0]
+	var ok bool
+	if gap := strings.Index(s, "::"); gap >= 0 {
+		// Lua searches for a second "::" from the gap's second colon, so
+		// ":::" is refused too.
+		if strings.Contains(s[gap+1:], "::") {
+			return u128{}, false
+		}
+		if head, ok = parseGroups(s[:gap], head, false); !ok {
+			return u128{}, false
+		}
+		if tail, ok = parseGroups(s[gap+2:], tail, true); !ok || len(head)+len(tail) > 7 {
+			return u128{}, false
+		}
+	} else if head, ok = parseGroups(s, head, true); !ok || len(head) != 8 {
+		return u128{}, false
+	}
+	var groups [8]uint16
+	copy(groups[:], head)
+	copy(groups[8-len(tail):], tail)
+	var a u128
+	for i, g := range groups {
+		if i < 4 {
+			a.hi = a.hi<<16 | uint64(g)
+		} else {
+			a.lo = a.lo<<16 | uint64(g)
+		}
+	}
+	return a, true
+}
+
+// parsePlen accepts a decimal prefix length without leading zeros, at most max.
+func parsePlen(s string, max int) (int, bool) {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		// Without leading zeros, four digits are already over 128.
+		if i >= 3 {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n > max {
+		return 0, false
+	}
+	return n, true
+}
+
+// parseAddr parses an address without a prefix, as ipmatch.parse does: it
+// is IPv6 exactly when it holds a colon.
+func parseAddr(s string) (entry, bool) {
+	if s == "" {
+		return entry{}, false
+	}
+	if strings.IndexByte(s, ':') >= 0 {
+		a, ok := parseV6(s)
+		return entry{v6: true, a6: a, plen: 128}, ok
+	}
+	v, ok := parseV4(s)
+	return entry{v4: v, plen: 32}, ok
+}
+
+// parseEntry parses "addr" or "addr/plen"; host bits are kept here and
+// cleared by the range conversion.
+func parseEntry(s string) (entry, bool) {
+	addr, plen, slash := strings.Cut(s, "/")
+	e, ok := parseAddr(addr)
+	if !ok {
+		return entry{}, false
+	}
+	if slash {
+		if e.plen, ok = parsePlen(plen, e.plen); !ok {
+			return entry{}, false
+		}
+	}
+	return e, true
+}
+
+// v4Range is the inclusive address range of a network.
+func v4Range(addr uint32, plen int) (lo, hi uint32) {
+	mask := uint32(^uint64(0) << (32 - plen))
+	return addr & mask, addr&mask | ^mask
+}
+
+func v6Range(a u128, plen int) (lo, hi u128) {
+	var mask u128
+	if plen <= 64 {
+		mask.hi = ^uint64(0) << (64 - plen)
+	} else {
+		mask.hi = ^uint64(0)
+		mask.lo = ^uint64(0) << (128 - plen)
+	}
+	lo = u128{a.hi & mask.hi, a.lo & mask.lo}
+	hi = u128{lo.hi | ^mask.hi, lo.lo | ^mask.lo}
+	return lo, hi
+}
