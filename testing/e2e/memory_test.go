@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,9 +67,10 @@ func TestMemoryBoundedUnderHostileReplies(t *testing.T) {
 	n := newNode(t, cp, map[string]any{"memory_limit": "32MiB"})
 	n.bin = plainAgentBinary(t)
 	n.start()
+	pid := n.cmd.Process.Pid
+	oomKills := memoryCgroup(t, pid, 128<<20)
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "mem.test", "/", "origin-ok v1")
-	pid := n.cmd.Process.Pid
 	phase := func(name string) {
 		t.Logf("%-40s VmHWM %6.1f MiB, VmRSS %6.1f MiB", name, float64(statusKiB(t, pid, "VmHWM"))/1024, float64(statusKiB(t, pid, "VmRSS"))/1024)
 	}
@@ -128,4 +130,62 @@ func TestMemoryBoundedUnderHostileReplies(t *testing.T) {
 	if hwm := statusKiB(t, pid, "VmHWM"); hwm > rssCeilingKiB {
 		t.Fatalf("peak RSS %.1f MiB, over %d MiB", float64(hwm)/1024, rssCeilingKiB>>10)
 	}
+	if k := oomKills(); k != 0 {
+		t.Fatalf("%d OOM kills in the agent's 128 MiB cgroup", k)
+	}
+}
+
+// memoryCgroup moves pid (the agent, with the nginx it then starts) into a
+// new memory cgroup limited to limit bytes, as on a 128 MiB router, and
+// returns a count of the OOM kills in it. Without a writable memory
+// controller the count is always 0 and the RSS figure stands alone.
+func memoryCgroup(t *testing.T, pid int, limit int64) (oomKills func() int) {
+	t.Helper()
+	none := func() int { return 0 }
+	type layout struct{ root, limitFile, eventsFile, eventsKey string }
+	var l layout
+	switch {
+	case fileExists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+		l = layout{"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.oom_control", "oom_kill"}
+	case strings.Contains(readFileOr("/sys/fs/cgroup/cgroup.subtree_control"), "memory"):
+		l = layout{"/sys/fs/cgroup", "memory.max", "memory.events", "oom_kill"}
+	default:
+		t.Log("no writable memory cgroup controller: the 128 MiB cgroup check is skipped")
+		return none
+	}
+	dir := filepath.Join(l.root, fmt.Sprintf("openflare-e2e-%d", pid))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Logf("cannot create a memory cgroup (%v): the 128 MiB cgroup check is skipped", err)
+		return none
+	}
+	t.Cleanup(func() {
+		// Whatever still runs in it (nginx after the agent's exit) goes
+		// back to the parent, so the directory can go.
+		for _, p := range strings.Fields(readFileOr(filepath.Join(dir, "cgroup.procs"))) {
+			os.WriteFile(filepath.Join(l.root, "cgroup.procs"), []byte(p), 0)
+		}
+		os.Remove(dir)
+	})
+	if err := os.WriteFile(filepath.Join(dir, l.limitFile), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		t.Logf("cannot limit the memory cgroup (%v): the 128 MiB cgroup check is skipped", err)
+		return none
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Logf("cannot move the agent into the memory cgroup (%v): the 128 MiB cgroup check is skipped", err)
+		return none
+	}
+	return func() int {
+		for _, line := range strings.Split(readFileOr(filepath.Join(dir, l.eventsFile)), "\n") {
+			if v, ok := strings.CutPrefix(line, l.eventsKey+" "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
