@@ -675,6 +675,12 @@ if $handback; then
 	fi
 fi
 if [ -n "$service_user" ]; then
+	# What this run wrote must stay the agent's to rewrite.
+	su_uid=$(passwd_field "$service_user" 3)
+	su_gid=$(passwd_field "$service_user" 4)
+	if [ -n "$su_uid" ] && [ -n "$su_gid" ] && [ "$(id -u)" = 0 ]; then
+		chown "$su_uid:$su_gid" "$prefix$conf_dir" "$prefix$data_dir" "$prefix$conf"
+	fi
 	say "note: a drop-in runs the agent as $service_user: its files are left to it, and nginx workers share its uid and can read the node token (see README)"
 elif [ "$(id -u)" = 0 ]; then
 	chown 0:0 "$prefix$conf_dir" "$prefix$data_dir" "$prefix$conf"

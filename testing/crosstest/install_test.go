@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/config"
@@ -629,4 +632,390 @@ func TestInstallRefusesSystemDataDir(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Account ids of the fake roots below: openflare stands for the service
+// user of earlier installs, www-data for the workers.
+const (
+	serviceUID = 4242
+	workerUID  = 4243
+)
+
+// accountsRoot is an empty systemd install root whose /etc/passwd and
+// /etc/group know root, the workers' users and, with serviceUser, the
+// openflare user of earlier installs.
+func accountsRoot(t *testing.T, serviceUser bool) string {
+	t.Helper()
+	root := t.TempDir()
+	passwd := "root:x:0:0:root:/root:/bin/sh\n" +
+		fmt.Sprintf("www-data:x:%d:%d:www-data:/var/www:/usr/sbin/nologin\n", workerUID, workerUID) +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+	group := "root:x:0:\n" + fmt.Sprintf("www-data:x:%d:\n", workerUID) + "nogroup:x:65534:\n"
+	if serviceUser {
+		passwd += fmt.Sprintf("openflare:x:%d:%d::/var/lib/openflare:/usr/sbin/nologin\n", serviceUID, serviceUID)
+		group += fmt.Sprintf("openflare:x:%d:\n", serviceUID)
+	}
+	for name, content := range map[string]string{"etc/passwd": passwd, "etc/group": group} {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// owner is a path's uid and gid, of a symlink itself rather than its target.
+func owner(t *testing.T, p string) [2]int {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return [2]int{int(st.Uid), int(st.Gid)}
+}
+
+// owners maps every path under dir (symlinks not followed) to its owner.
+func owners(t *testing.T, dir string) map[string][2]int {
+	t.Helper()
+	m := map[string][2]int{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		m[p] = owner(t, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("changes file owners: run as root")
+	}
+}
+
+// unitDirectives are the installed unit's Key=value lines, by key.
+func unitDirectives(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/openflare-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			m[k] = append(m[k], v)
+		}
+	}
+	return m
+}
+
+// A fresh install as root: the unit runs the agent as root with no more
+// than the capabilities nginx needs, agent.json is root's and 0600, and the
+// workers' user is pinned in it, so the control plane's template cannot
+// choose it.
+func TestInstallFreshRunsAsRoot(t *testing.T) {
+	needRoot(t)
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		root := accountsRoot(t, false)
+		in.mustRun(root, nil, freshArgs...)
+
+		u := unitDirectives(t, root)
+		if u["User"] != nil || u["Group"] != nil || u["DynamicUser"] != nil || u["AmbientCapabilities"] != nil {
+			t.Errorf("unit does not run the agent as root: User %q Group %q DynamicUser %q AmbientCapabilities %q", u["User"], u["Group"], u["DynamicUser"], u["AmbientCapabilities"])
+		}
+		caps := strings.Fields(strings.Join(u["CapabilityBoundingSet"], " "))
+		sort.Strings(caps)
+		want := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETGID", "CAP_SETUID"}
+		if !reflect.DeepEqual(caps, want) {
+			t.Errorf("CapabilityBoundingSet %v, want %v", caps, want)
+		}
+		for _, d := range []string{"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes", "KillMode=process", "RestrictNamespaces=yes"} {
+			k, v, _ := strings.Cut(d, "=")
+			if !slices.Contains(u[k], v) {
+				t.Errorf("unit lacks %s", d)
+			}
+		}
+
+		conf := filepath.Join(root, "etc/openflare/agent.json")
+		if o := owner(t, conf); o != [2]int{0, 0} || modeOf(t, conf) != 0o600 {
+			t.Errorf("agent.json owner %v mode %v, want root's and 0600", o, modeOf(t, conf))
+		}
+		for _, d := range []string{"etc/openflare", "var/lib/openflare"} {
+			if o := owner(t, filepath.Join(root, d)); o != [2]int{0, 0} {
+				t.Errorf("%s owner %v, want root", d, o)
+			}
+		}
+		m, cfg := readConf(t, conf)
+		if m["nginx_user"] != "www-data:www-data" || cfg.NginxUser != "www-data:www-data" {
+			t.Errorf("nginx_user %v, want www-data:www-data pinned", m["nginx_user"])
+		}
+
+		before := tree(t, root)
+		out := in.mustRun(root, nil, freshArgs...)
+		if after := tree(t, root); !reflect.DeepEqual(after, before) {
+			t.Fatalf("second run changed the tree:\nbefore %v\nafter  %v", before, after)
+		}
+		if strings.Contains(out, "handed") {
+			t.Errorf("second run hands something back:\n%s", out)
+		}
+	})
+}
+
+// A node installed with the old unit, its tree owned by openflare, is
+// handed back to root: everything the old agent and nginx wrote is root's,
+// except the temp and cache files below nginx's worker directories, which
+// go to the workers; keys, state and agent.json are closed. Symlinks the
+// old user planted lead nothing out of the tree, and a second run changes
+// nothing.
+func TestInstallUpgradeFromServiceUser(t *testing.T) {
+	needRoot(t)
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		root := accountsRoot(t, true)
+		outside := t.TempDir()
+		dd := filepath.Join(root, "var/lib/openflare")
+		svc := [2]int{serviceUID, serviceUID}
+		mk := func(rel string, mode fs.FileMode, content string, o [2]int) {
+			t.Helper()
+			p := filepath.Join(root, rel)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(rel, "/") {
+				if err := os.MkdirAll(p, mode); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(p, []byte(content), mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(p, o[0], o[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// As the old unit and agent left it.
+		mk("etc/systemd/system/openflare-agent.service", 0o644, "[Service]\nUser=openflare\nGroup=openflare\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n", [2]int{0, 0})
+		mk("etc/openflare/", 0o750, "", svc)
+		mk("etc/openflare/agent.json", 0o640, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "data_dir": "/var/lib/openflare"}`, svc)
+		mk("var/lib/openflare/", 0o750, "", svc)
+		for _, d := range []string{"etc/", "etc/nginx/", "etc/nginx/certs/", "var/", "var/lib/", "var/log/", "var/log/openflare/", "var/run/", "var/cache/", "var/cache/nginx/"} {
+			mk("var/lib/openflare/"+d, 0o755, "", svc)
+		}
+		mk("var/lib/openflare/etc/nginx/nginx.conf", 0o640, "events {}\n", svc)
+		mk("var/lib/openflare/etc/nginx/certs/site.key", 0o644, "KEY\n", svc)
+		mk("var/lib/openflare/etc/nginx/certs/site.crt", 0o644, "CRT\n", [2]int{0, serviceUID})
+		mk("var/lib/openflare/var/lib/openflare/", 0o755, "", svc)
+		mk("var/lib/openflare/var/lib/openflare/agent-state.json", 0o644, "{}\n", svc)
+		mk("var/lib/openflare/var/log/openflare/access.log", 0o640, "", svc)
+		mk("var/lib/openflare/var/run/nginx.pid", 0o644, "1\n", svc)
+		mk("var/lib/openflare/var/cache/nginx/client_temp/", 0o700, "", svc)
+		mk("var/lib/openflare/var/cache/nginx/client_temp/0000000001", 0o600, "body", svc)
+		mk("var/lib/openflare/var/cache/openflare_proxy/", 0o700, "", svc)
+		mk("var/lib/openflare/var/cache/openflare_proxy/c/", 0o700, "", svc)
+		mk("var/lib/openflare/var/cache/openflare_proxy/c/29/", 0o700, "", svc)
+		mk("var/lib/openflare/var/cache/openflare_proxy/c/29/b7f54b2df7773722d382f4809d65029c", 0o600, "cached", svc)
+		// Planted: links from the tree to files and directories outside it.
+		secret := filepath.Join(outside, "secret")
+		dir := filepath.Join(outside, "dir")
+		if err := os.WriteFile(secret, []byte("not the agent's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{outside, secret, dir, filepath.Join(dir, "f")} {
+			if err := os.Lchown(p, serviceUID, serviceUID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		links := map[string]string{
+			"var/lib/openflare/etc/nginx/certs/stolen.key":       secret,
+			"var/lib/openflare/var/cache/openflare_proxy/escape": dir,
+			"var/lib/openflare/var/cache/elsewhere":              dir,
+			"etc/openflare/data":                                 dir,
+		}
+		for rel, target := range links {
+			p := filepath.Join(root, rel)
+			if err := os.Symlink(target, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(p, serviceUID, serviceUID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		outsideBefore := owners(t, outside)
+		outsideModes := tree(t, outside)
+
+		out := in.mustRun(root, nil)
+		if !strings.Contains(out, "handed /etc/openflare and /var/lib/openflare back to root") {
+			t.Errorf("output does not say the files were handed back:\n%s", out)
+		}
+
+		workerDirs := []string{filepath.Join(dd, "var/cache/nginx/client_temp"), filepath.Join(dd, "var/cache/openflare_proxy")}
+		for _, top := range []string{filepath.Join(root, "etc/openflare"), dd} {
+			for p, o := range owners(t, top) {
+				want := [2]int{0, 0}
+				for _, w := range workerDirs {
+					if p == w || strings.HasPrefix(p, w+"/") {
+						want = [2]int{workerUID, workerUID}
+					}
+				}
+				if o != want {
+					t.Errorf("%s: owner %v, want %v", strings.TrimPrefix(p, root), o, want)
+				}
+			}
+		}
+		if after := owners(t, outside); !reflect.DeepEqual(after, outsideBefore) {
+			t.Errorf("owners outside the tree changed through a planted link:\nbefore %v\nafter  %v", outsideBefore, after)
+		}
+		if after := tree(t, outside); !reflect.DeepEqual(after, outsideModes) {
+			t.Errorf("modes outside the tree changed through a planted link:\nbefore %v\nafter  %v", outsideModes, after)
+		}
+		for rel, mode := range map[string]fs.FileMode{
+			"etc/openflare/agent.json":                             0o600,
+			"etc/openflare":                                        0o750,
+			"var/lib/openflare":                                    0o751,
+			"var/lib/openflare/etc/nginx/certs/site.key":           0o600,
+			"var/lib/openflare/etc/nginx/certs/site.crt":           0o644,
+			"var/lib/openflare/var/lib/openflare":                  0o711,
+			"var/lib/openflare/var/lib/openflare/agent-state.json": 0o600,
+			"var/lib/openflare/var/cache/nginx/client_temp":        0o700,
+			"var/lib/openflare/var/cache/openflare_proxy/c/29":     0o700,
+		} {
+			if got := modeOf(t, filepath.Join(root, rel)); got != mode {
+				t.Errorf("%s: mode %v, want %v", rel, got, mode)
+			}
+		}
+		if u := unitDirectives(t, root); u["User"] != nil || u["CapabilityBoundingSet"] == nil {
+			t.Errorf("the old unit was not replaced: User %q", u["User"])
+		}
+		m, _ := readConf(t, filepath.Join(root, "etc/openflare/agent.json"))
+		if m["nginx_user"] != "www-data:www-data" || m["agent_token"] != agentToken {
+			t.Errorf("agent.json after the upgrade: %v", m)
+		}
+		if !strings.Contains(readPasswd(t, root), "openflare:") {
+			t.Error("the openflare user was removed")
+		}
+
+		beforeTree, beforeOwners := tree(t, root), owners(t, root)
+		out = in.mustRun(root, nil)
+		if strings.Contains(out, "handed") {
+			t.Errorf("second run hands back again:\n%s", out)
+		}
+		if after := tree(t, root); !reflect.DeepEqual(after, beforeTree) {
+			t.Errorf("second run changed the tree:\nbefore %v\nafter  %v", beforeTree, after)
+		}
+		if after := owners(t, root); !reflect.DeepEqual(after, beforeOwners) {
+			t.Errorf("second run changed owners")
+		}
+	})
+}
+
+func readPasswd(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An agent.json that is a symlink is refused before anything changes: the
+// old service user could have planted it, and root writes through it.
+func TestInstallRefusesLinkedAgentJSON(t *testing.T) {
+	t.Parallel()
+	in := newInstaller(t, userlands[0])
+	root := t.TempDir()
+	target := writeConf(t, t.TempDir(), `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`"}`)
+	if err := os.MkdirAll(filepath.Join(root, "etc/openflare"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(root, "etc/openflare/agent.json")); err != nil {
+		t.Fatal(err)
+	}
+	before := tree(t, root)
+	out, ok := in.run(nil, "--root", root, "--binary", in.binary)
+	if ok || !strings.Contains(out, "symbolic link") {
+		t.Errorf("linked agent.json: ok=%v\n%s", ok, out)
+	}
+	if after := tree(t, root); !reflect.DeepEqual(after, before) {
+		t.Errorf("the tree changed:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// An operator who keeps the agent under a service user (a drop-in with
+// User=) keeps their owners, and nothing is pinned for workers that share
+// the agent's uid anyway; the output says what that means.
+func TestInstallKeepsServiceUserDropIn(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	in := newInstaller(t, userlands[0])
+	root := accountsRoot(t, true)
+	dropIn := filepath.Join(root, "etc/systemd/system/openflare-agent.service.d/user.conf")
+	if err := os.MkdirAll(filepath.Dir(dropIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dropIn, []byte("[Service]\nUser=openflare\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`"}`)
+	for _, p := range []string{filepath.Dir(conf), conf} {
+		if err := os.Chown(p, serviceUID, serviceUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := in.mustRun(root, nil)
+	if !strings.Contains(out, "drop-in runs the agent as openflare") || strings.Contains(out, "handed") {
+		t.Errorf("output:\n%s", out)
+	}
+	if o := owner(t, conf); o != [2]int{serviceUID, serviceUID} {
+		t.Errorf("agent.json owner %v, want the service user's", o)
+	}
+	if m, _ := readConf(t, conf); m["nginx_user"] != nil {
+		t.Errorf("nginx_user pinned under a service user: %v", m["nginx_user"])
+	}
+}
+
+// systemd itself accepts every line of the unit (an unknown or misspelt
+// directive is only a warning at boot, and the sandbox would silently be
+// weaker).
+func TestSystemdUnitVerifies(t *testing.T) {
+	t.Parallel()
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd): the unit is not verified")
+	}
+	in := newInstaller(t, userlands[0])
+	root := t.TempDir()
+	in.mustRun(root, nil, freshArgs...)
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/openflare-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// verify wants ExecStart to exist: the installed fake binary.
+	if err := os.Chmod(in.binary, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(unit), "/usr/local/bin/openflare-agent", in.binary)
+	p := filepath.Join(t.TempDir(), "openflare-agent.service")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "verify", p).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "openflare-agent.service") || strings.Contains(string(out), "gnoring") {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
 }
