@@ -636,7 +636,7 @@ stop_service_user() {
 	sig=QUIT
 	for secs in 15 5; do
 		for pid in $(pids_of "$of_uid"); do
-			case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
+			case $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") in
 			*"nginx: master process"*) kill -"$sig" "$pid" 2>/dev/null || true ;;
 			esac
 		done
