@@ -485,7 +485,7 @@ fi
 # nginx_user is pinned on a new install and when the workers change user
 # anyway (the hand-back): otherwise, with nothing set, the control plane's
 # template could choose them by its `user` line, any existing account but
-# root. An existing value is the owner's and stays; so does what a running
+# root (the stock template names openflare, which an upgraded node keeps). An existing value is the owner's and stays; so does what a running
 # root node resolves to, since its temp and cache files belong to that user.
 nginx_user=$(json_str nginx_user)
 if [ -z "$nginx_user" ] && [ -z "$service_user" ] && { [ ! -f "$prefix$conf" ] || $handback; }; then
