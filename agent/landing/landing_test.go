@@ -3,6 +3,7 @@ package landing
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -270,5 +271,69 @@ func TestLeftoverUncleanRoots(t *testing.T) {
 	txn, err := Leftover(dir, p.Managed())
 	if err != nil || txn == nil {
 		t.Fatalf("txn %v err %v", txn, err)
+	}
+}
+
+// Links planted in the managed tree are not followed: the backup does not
+// copy what they point at, the apply replaces them with its own files and
+// directories, and their targets stay as they were.
+func TestLinksInTreeNotFollowed(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	outside := filepath.Join(root, "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(outside, "secret")
+	os.WriteFile(secret, []byte("SECRET"), 0o600)
+	os.MkdirAll(p.CertDir, 0o755)
+	os.MkdirAll(p.LuaDir, 0o755)
+	// A key that is a link to a secret, and a Lua subdirectory that is a
+	// link to a directory elsewhere.
+	if err := os.Symlink(secret, filepath.Join(p.CertDir, "9.key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(p.LuaDir, "waf")); err != nil {
+		t.Fatal(err)
+	}
+
+	set, err := Plan(p, "MAIN", "ROUTE", []protocol.SupportFile{{Path: "9.key", Content: "NEWKEY"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched, err := set.Touched()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(root, "backup")
+	txn, err := Begin(backup, protocol.ConfigRef{Version: "v1", Checksum: "c1"}, protocol.ConfigRef{Version: "v2", Checksum: "c2"}, touched, set.Managed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(backup, func(path string, d fs.DirEntry, err error) error {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), "SECRET") {
+			t.Errorf("the link's target was copied into the backup: %s", path)
+		}
+		return nil
+	})
+	if err := set.Write(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(p.CertDir, "9.key"), filepath.Join(p.LuaDir, "waf")} {
+		if fi, err := os.Lstat(p); err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+			t.Errorf("%s is still a link (%v)", p, err)
+		}
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "SECRET" {
+		t.Fatalf("the key link's target was overwritten: %q", b)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Fatalf("files landed through the directory link: %v", entries)
+	}
+	if !set.Unchanged() {
+		t.Fatal("set not on disk after Write")
+	}
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/openflare/openflare-agent/agent/luaassets"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
+	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
 //go:embed mime.types
@@ -114,7 +116,7 @@ func (s *Set) Touched() ([]string, error) {
 	}
 	s.same = map[string]bool{}
 	for _, f := range s.Files {
-		if onDisk(f) {
+		if s.onDisk(f) {
 			s.same[f.Path] = true
 			want[f.Path] = true
 			continue
@@ -168,7 +170,7 @@ func (s *Set) foreign(want map[string]bool) ([]string, error) {
 // apply (e.g. the startup re-apply) can skip the reload.
 func (s *Set) Unchanged() bool {
 	for _, f := range s.Files {
-		if !onDisk(f) {
+		if !s.onDisk(f) {
 			return false
 		}
 	}
@@ -239,11 +241,21 @@ func Stage(dir string, p Paths, mainText, routeText string, support []protocol.S
 }
 
 // onDisk reports whether f is already on disk with the same mode and bytes.
-func onDisk(f File) bool {
-	fi, err := os.Lstat(f.Path)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode || fi.Size() != int64(len(f.Data)) {
-		return false
+// A link where f belongs is not followed: it is not f, and the apply
+// replaces it.
+func (s *Set) onDisk(f File) bool {
+	b, mode, err := atomicfile.ReadBeneath(rootFor(f.Path, s.Managed), f.Path)
+	return err == nil && mode == f.Mode && bytes.Equal(b, f.Data)
+}
+
+// rootFor is the outermost of roots holding p, or p's own directory: below
+// it no link is followed when the agent reads what it manages.
+func rootFor(p string, roots []string) string {
+	best := filepath.Dir(p)
+	for _, r := range roots {
+		if strings.HasPrefix(p, r+"/") && len(r) < len(best) {
+			best = r
+		}
 	}
-	b, err := os.ReadFile(f.Path)
-	return err == nil && bytes.Equal(b, f.Data)
+	return best
 }

@@ -64,18 +64,15 @@ func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (
 	}
 	t := &Txn{dir: dir, m: manifest{From: from, To: to, Managed: managed}}
 	for i, p := range touched {
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		// A link in the managed tree is not followed: backing up its
+		// target would copy a file of somebody else's into the backup.
+		// It is recorded as absent, so a restore removes what the apply
+		// put there and no link comes back.
+		data, mode, err := atomicfile.ReadBeneath(rootFor(p, managed), p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, atomicfile.ErrSymlink) {
 			t.m.Entries = append(t.m.Entries, entry{Path: p})
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("backup %s: %w", p, err)
-		}
-		if !fi.Mode().IsRegular() {
-			return nil, fmt.Errorf("backup %s: not a regular file", p)
-		}
-		data, err := os.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("backup %s: %w", p, err)
 		}
@@ -83,7 +80,7 @@ func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (
 		if err := writeSynced(filepath.Join(dir, "files", saved), data); err != nil {
 			return nil, fmt.Errorf("backup %s: %w", p, err)
 		}
-		t.m.Entries = append(t.m.Entries, entry{Path: p, Mode: fi.Mode().Perm(), Saved: saved})
+		t.m.Entries = append(t.m.Entries, entry{Path: p, Mode: mode, Saved: saved})
 	}
 	if err := atomicfile.SyncDir(filepath.Join(dir, "files")); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)

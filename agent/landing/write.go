@@ -26,6 +26,9 @@ func (s *Set) Write(after func()) error {
 		if s.same[f.Path] {
 			continue
 		}
+		if err := unlinkDirLinks(rootFor(f.Path, s.Managed), filepath.Dir(f.Path)); err != nil {
+			return fmt.Errorf("land %s: %w", f.Path, err)
+		}
 		if err := atomicfile.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
 			return fmt.Errorf("land %s: %w", f.Path, err)
 		}
@@ -65,6 +68,35 @@ func (s *Set) Write(after func()) error {
 		}
 		atomicfile.SyncDir(filepath.Dir(p))
 		pruneEmptyParents(p, s.Managed)
+	}
+	return nil
+}
+
+// unlinkDirLinks removes every symbolic link standing for a directory
+// between root (excluded) and dir: the agent writes its files into its own
+// directories, never through a link into somebody else's. Only the link
+// goes; what it pointed at is not touched.
+func unlinkDirLinks(root, dir string) error {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return nil
+	}
+	cur := root
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if err := os.Remove(cur); err != nil {
+				return fmt.Errorf("remove the link %s: %w", cur, err)
+			}
+			return atomicfile.SyncDir(filepath.Dir(cur))
+		}
 	}
 	return nil
 }
