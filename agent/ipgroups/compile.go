@@ -86,7 +86,7 @@ func Compile(snapshot []byte) ([]byte, error) {
 
 // compileGroups builds the compiled file from the snapshot's raw groups.
 // Memory is the output plus one group's ranges at a time: the entries are
-// streamed out of the raw JSON, never collected as strings.
+// read in place from the raw JSON, never collected as strings.
 func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, error) {
 	if len(label) != labelLen {
 		return nil, fmt.Errorf("ip groups: compile: label %q is not %d characters", label, labelLen)
@@ -101,7 +101,14 @@ func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, err
 	}
 	slices.Sort(keys)
 
-	buf := make([]byte, firstRecordByte+recordSize*len(keys))
+	// Every comma may separate entries; IPv4 ranges take 8 bytes. Sizing
+	// the buffer for that once spares the copies of growing it by appends
+	// (for IPv6 it still grows).
+	hint := firstRecordByte + recordSize*len(keys)
+	for _, raw := range groups {
+		hint += v4RangeSize * (bytes.Count(raw, []byte{','}) + 1)
+	}
+	buf := make([]byte, firstRecordByte+recordSize*len(keys), min(hint, MaxCompiledBytes))
 	copy(buf, compiledMagic)
 	native.PutUint32(buf[8:], compiledFormat)
 	native.PutUint32(buf[12:], byteOrderMark)
@@ -170,38 +177,29 @@ type compiler struct {
 // decoded object.
 func (c *compiler) group(raw json.RawMessage) (enabled bool, err error) {
 	c.v4, c.v6 = c.v4[:0], c.v6[:0]
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := expectDelim(dec, '{'); err != nil {
-		return false, err
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return false, err
-		}
-		switch tok {
+	// As for the buffer: one allocation for the common IPv4 list.
+	c.v4 = slices.Grow(c.v4, bytes.Count(raw, []byte{','})+1)
+	s := &scanner{b: raw}
+	err = s.members(func(key []byte) error {
+		switch string(key) {
 		case "enabled":
-			v, err := dec.Token()
-			if err != nil {
-				return false, err
-			}
-			if err := skipRest(dec, v); err != nil {
-				return false, err
-			}
-			enabled = v != nil && v != false
+			v := s.peek()
+			enabled = v != 'f' && v != 'n'
+			return s.skip()
 		case "ip_list":
 			c.v4, c.v6 = c.v4[:0], c.v6[:0]
-			if err := c.list(dec); err != nil {
-				return false, err
+			if s.peek() != '[' {
+				return s.skip()
 			}
-		default:
-			if err := skipValue(dec); err != nil {
-				return false, err
-			}
+			return s.elements(c.element(s))
 		}
-	}
-	if err := expectDelim(dec, '}'); err != nil {
+		return s.skip()
+	})
+	if err != nil {
 		return false, err
+	}
+	if s.peek() != 0 {
+		return false, fmt.Errorf("%w: data after the group object", errSyntax)
 	}
 	if !enabled {
 		c.v4, c.v6 = c.v4[:0], c.v6[:0]
@@ -211,27 +209,17 @@ func (c *compiler) group(raw json.RawMessage) (enabled bool, err error) {
 	return true, nil
 }
 
-func (c *compiler) list(dec *json.Decoder) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != json.Delim('[') {
-		return skipRest(dec, tok)
-	}
-	for dec.More() {
-		tok, err := dec.Token()
+// element returns the per-element step of an ip_list walk.
+func (c *compiler) element(s *scanner) func() error {
+	return func() error {
+		if s.peek() != '"' {
+			return s.skip()
+		}
+		text, err := s.str()
 		if err != nil {
 			return err
 		}
-		s, ok := tok.(string)
-		if !ok {
-			if err := skipRest(dec, tok); err != nil {
-				return err
-			}
-			continue
-		}
-		e, ok := parseEntry(s)
+		e, ok := parseEntry(text)
 		switch {
 		case !ok:
 		case e.v6:
@@ -241,8 +229,8 @@ func (c *compiler) list(dec *json.Decoder) error {
 			lo, hi := v4Range(e.v4, e.plen)
 			c.v4 = append(c.v4, uint64(lo)<<32|uint64(hi))
 		}
+		return nil
 	}
-	return expectDelim(dec, ']')
 }
 
 // merge sorts the ranges and joins overlapping and adjacent ones in place.
@@ -286,46 +274,6 @@ func (c *compiler) merge() {
 		out6 = append(out6, r)
 	}
 	c.v6 = out6
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("want %v, found %v", want, tok)
-	}
-	return nil
-}
-
-// skipValue skips the next value.
-func skipValue(dec *json.Decoder) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	return skipRest(dec, tok)
-}
-
-// skipRest skips the rest of a value whose first token was tok.
-func skipRest(dec *json.Decoder, tok json.Token) error {
-	if d, ok := tok.(json.Delim); !ok || (d != '[' && d != '{') {
-		return nil
-	}
-	for depth := 1; depth > 0; {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case json.Delim('['), json.Delim('{'):
-			depth++
-		case json.Delim(']'), json.Delim('}'):
-			depth--
-		}
-	}
-	return nil
 }
 
 // errStaleCompiled marks a compiled file that does not belong to the JSON.

@@ -172,7 +172,10 @@ func TestCompileHeaderAndGroups(t *testing.T) {
 		`"9":{"id":9,"ip_list":["192.0.2.1"]},` +
 		`"10":{"id":10,"enabled":null,"ip_list":["192.0.2.1"]},` +
 		`"11":{"id":11,"enabled":true,"ip_list":["192.0.2.1"],"ip_list":["192.0.2.9"]},` +
-		`"12":{"enabled":{"nested":[1,{"x":[]}]},"ip_list":["192.0.2.12"],"extra":[[{"ip_list":[]}]]}` +
+		`"12":{"enabled":{"nested":[1,{"x":[]}]},"ip_list":["192.0.2.12"],"extra":[[{"ip_list":[]}]]},` +
+		// Hand-edited: white space and escapes, as cjson would read them.
+		"\"13\" : {\n \"enabled\" : true ,\r\n\t\"ip_list\" : [ \"\\u0031\\u0039\\u0032.0.2.13\" , \"192.0.2.14\\/32\", \"x\\\"]\" ] , \"n\": -1.5e3 } ," +
+		`"14":{"enabled":true,"ip\u005flist":["192.0.2.15"]}` +
 		`}}`)
 	b, err := Compile(snapshot)
 	if err != nil {
@@ -200,6 +203,8 @@ func TestCompileHeaderAndGroups(t *testing.T) {
 		{ID: 10},
 		{ID: 11, Enabled: true, V4: one("192.0.2.9")},
 		{ID: 12, Enabled: true, V4: one("192.0.2.12")},
+		{ID: 13, Enabled: true, V4: [][2]uint32{{v4("192.0.2.13"), v4("192.0.2.14")}}},
+		{ID: 14, Enabled: true, V4: one("192.0.2.15")},
 		{ID: 1 << 40, Enabled: true, V4: one("198.51.100.7")},
 	}
 	if fmt.Sprint(groups) != fmt.Sprint(want) {

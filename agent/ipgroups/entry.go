@@ -1,13 +1,34 @@
 package ipgroups
 
-import "strings"
-
 // This file is the Go twin of the entry syntax in waf/ipmatch.lua: an entry
 // the Lua parser rejects must be rejected here too (it never matches), and
 // an accepted one must cover the same addresses. It is deliberately a
 // port of that parser, not net/netip, which accepts zones and differs in
 // other corners. TestEntrySyntaxMatchesLua in agent/luaassets checks the
 // two against each other inside nginx.
+
+// text is an entry as the compiler finds it in the raw JSON ([]byte, no
+// copy) or as tests write it (string).
+type text interface{ ~string | ~[]byte }
+
+func indexByte[T text](s T, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexGap finds "::".
+func indexGap[T text](s T) int {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] == ':' && s[i+1] == ':' {
+			return i
+		}
+	}
+	return -1
+}
 
 // u128 is an IPv6 address or bound, most significant half first.
 type u128 struct{ hi, lo uint64 }
@@ -34,7 +55,7 @@ type entry struct {
 }
 
 // parseV4 accepts exactly four decimal octets without leading zeros.
-func parseV4(s string) (uint32, bool) {
+func parseV4[T text](s T) (uint32, bool) {
 	var n uint32
 	dots, octet, digits := 0, 0, 0
 	for i := 0; i < len(s); i++ {
@@ -79,19 +100,19 @@ func hexValue(c byte) (uint16, bool) {
 
 // parseGroups appends the 16-bit groups of one side of a "::". With tailV4
 // the last piece may be a dotted quad standing for two groups.
-func parseGroups(s string, out []uint16, tailV4 bool) ([]uint16, bool) {
-	if s == "" {
+func parseGroups[T text](s T, out []uint16, tailV4 bool) ([]uint16, bool) {
+	if len(s) == 0 {
 		return out, true
 	}
 	start := 0
 	for {
-		colon := strings.IndexByte(s[start:], ':')
+		colon := indexByte(s[start:], ':')
 		stop := len(s)
 		if colon >= 0 {
 			colon += start
 			stop = colon
 		}
-		if colon < 0 && tailV4 && strings.IndexByte(s[start:], '.') >= 0 {
+		if colon < 0 && tailV4 && indexByte(s[start:], '.') >= 0 {
 			v4, ok := parseV4(s[start:])
 			if !ok {
 				return out, false
@@ -117,14 +138,14 @@ func parseGroups(s string, out []uint16, tailV4 bool) ([]uint16, bool) {
 	}
 }
 
-func parseV6(s string) (u128, bool) {
+func parseV6[T text](s T) (u128, bool) {
 	var headBuf, tailBuf [8]uint16
 	head, tail := headBuf[:0], tailBuf[:0]
 	var ok bool
-	if gap := strings.Index(s, "::"); gap >= 0 {
+	if gap := indexGap(s); gap >= 0 {
 		// Lua searches for a second "::" from the gap's second colon, so
 		// ":::" is refused too.
-		if strings.Contains(s[gap+1:], "::") {
+		if indexGap(s[gap+1:]) >= 0 {
 			return u128{}, false
 		}
 		if head, ok = parseGroups(s[:gap], head, false); !ok {
@@ -151,8 +172,8 @@ func parseV6(s string) (u128, bool) {
 }
 
 // parsePlen accepts a decimal prefix length without leading zeros, at most max.
-func parsePlen(s string, max int) (int, bool) {
-	if s == "" || (len(s) > 1 && s[0] == '0') {
+func parsePlen[T text](s T, max int) (int, bool) {
+	if len(s) == 0 || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
 	n := 0
@@ -175,11 +196,11 @@ func parsePlen(s string, max int) (int, bool) {
 
 // parseAddr parses an address without a prefix, as ipmatch.parse does: it
 // is IPv6 exactly when it holds a colon.
-func parseAddr(s string) (entry, bool) {
-	if s == "" {
+func parseAddr[T text](s T) (entry, bool) {
+	if len(s) == 0 {
 		return entry{}, false
 	}
-	if strings.IndexByte(s, ':') >= 0 {
+	if indexByte(s, ':') >= 0 {
 		a, ok := parseV6(s)
 		return entry{v6: true, a6: a, plen: 128}, ok
 	}
@@ -189,13 +210,17 @@ func parseAddr(s string) (entry, bool) {
 
 // parseEntry parses "addr" or "addr/plen"; host bits are kept here and
 // cleared by the range conversion.
-func parseEntry(s string) (entry, bool) {
-	addr, plen, slash := strings.Cut(s, "/")
+func parseEntry[T text](s T) (entry, bool) {
+	addr, plen := s, s[:0]
+	slash := indexByte(s, '/')
+	if slash >= 0 {
+		addr, plen = s[:slash], s[slash+1:]
+	}
 	e, ok := parseAddr(addr)
 	if !ok {
 		return entry{}, false
 	}
-	if slash {
+	if slash >= 0 {
 		if e.plen, ok = parsePlen(plen, e.plen); !ok {
 			return entry{}, false
 		}
