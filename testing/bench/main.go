@@ -297,7 +297,138 @@ func live(bin string) int {
 	}
 	http1 := latencies(cp, origin, 1+len(ws))
 	emit("publish→serving over HTTP polling", fmt.Sprintf("median %s, p95 %s", fmtDuration(pct(http1, 50)), fmtDuration(pct(http1, 95))), fmt.Sprintf("%d publishes, heartbeat every 3 s", len(http1)))
+
+	// The agent's default memory_limit (32 MiB) refuses a 15 MB group; the
+	// workers are what this measures.
+	a.restartWith(map[string]any{"memory_limit": "192MiB"})
+	waitServes("r0.bench", "gen "+strconv.Itoa(len(ws)+len(http1)))
+	bigIPGroup(cp, origin, dir, 1+len(ws)+len(http1))
 	return 0
+}
+
+// restartWith stops the agent, adds extra to its agent.json and starts it
+// again.
+func (a *agentProc) restartWith(extra map[string]any) {
+	a.stop()
+	path := filepath.Join(a.dir, "agent.json")
+	var conf map[string]any
+	if err := json.Unmarshal([]byte(readFile(path)), &conf); err != nil {
+		fatal(fmt.Errorf("restart agent: read %s: %w", path, err))
+	}
+	for k, v := range extra {
+		conf[k] = v
+	}
+	b, _ := json.Marshal(conf)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		fatal(fmt.Errorf("restart agent: %w", err))
+	}
+	cmd := exec.Command(a.cmd.Path, a.cmd.Args[1:]...)
+	cmd.Stdout, cmd.Stderr = a.cmd.Stdout, a.cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		fatal(fmt.Errorf("restart agent: %w", err))
+	}
+	a.cmd = cmd
+}
+
+// bigIPGroup lands a 1 000 000-entry IP group (every other address from
+// 10.0.0.0, so one range per entry) with the version that references it,
+// and reports what each nginx worker holds once the group is enforced.
+func bigIPGroup(cp *controlplane.Server, origin, dir string, gen int) {
+	const member, neighbour = "127.0.0.10", "127.0.0.11"
+	pidFile := filepath.Join(dir, "data", "var", "run", "nginx.pid")
+	// The version that references the group reloads nginx: the workers
+	// measured after are new ones, compared with the largest old one.
+	var before int64
+	for _, pid := range nginxWorkers(pidFile) {
+		before = max(before, rss(pid))
+	}
+	list := make([]string, 0, 1_000_000)
+	for i := 0; len(list) < cap(list)-1; i++ {
+		a := 10<<24 + 2*i
+		list = append(list, fmt.Sprintf("%d.%d.%d.%d", a>>24, a>>16&0xff, a>>8&0xff, a&0xff))
+	}
+	list = append(list, member)
+	cp.SetIPGroup(protocol.WAFIPGroup{ID: 9, Name: "huge", Enabled: true, IPList: list})
+	src := source(origin, gen)
+	src.WAF = &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{controlplane.DefaultRuleGroup(), controlplane.IPMatchRuleGroup(2, "huge", 9)}}
+	start := time.Now()
+	if _, err := cp.Publish(src.JSON(), nil); err != nil {
+		fatal(err)
+	}
+	waitServes("r0.bench", "gen "+strconv.Itoa(gen))
+	for deadline := time.Now().Add(2 * time.Minute); statusFrom(member) != http.StatusForbidden; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fatal(fmt.Errorf("the 1 000 000-entry group was never enforced for %s", member))
+		}
+	}
+	enforced := time.Since(start)
+	// Every worker adopts within its next 1 s tick.
+	time.Sleep(2 * time.Second)
+	for range 20 {
+		statusFrom(member)
+	}
+	workers := nginxWorkers(pidFile)
+	if len(workers) == 0 {
+		emit("nginx worker RSS, 1M-entry IP group", "n/a", "no nginx workers found")
+		return
+	}
+	var worst int64
+	var parts []string
+	for _, pid := range workers {
+		r := rss(pid)
+		worst = max(worst, r)
+		parts = append(parts, fmt.Sprintf("%s (%s)", kib(r), rssParts(pid)))
+	}
+	note := fmt.Sprintf("%d workers: %s; before the group %s; member %d, neighbour %d; publish→enforced %s (report only)",
+		len(workers), strings.Join(parts, ", "), kib(before), statusFrom(member), statusFrom(neighbour), fmtDuration(enforced))
+	emit("nginx worker RSS, 1M-entry IP group", "max "+kib(worst), note)
+}
+
+// statusFrom sends GET / for r0.bench from a local address, on a fresh
+// connection so that requests spread over the workers.
+func statusFrom(from string) int {
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, DisableKeepAlives: true}}
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
+	req.Host = "r0.bench"
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// nginxWorkers lists the worker processes of the nginx whose master's pid
+// is in pidFile (not its cache manager or loader).
+func nginxWorkers(pidFile string) []int {
+	master, _ := strconv.Atoi(strings.TrimSpace(readFile(pidFile)))
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat := readFile(filepath.Join("/proc", e.Name(), "stat"))
+		i := strings.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		// Fields after the command: state, ppid.
+		f := strings.Fields(stat[i+1:])
+		if len(f) >= 2 && f[1] == strconv.Itoa(master) && strings.Contains(readFile(filepath.Join("/proc", e.Name(), "cmdline")), "worker process") {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids
 }
 
 // source is a config of *routes routes whose origin answers "gen <gen>".
