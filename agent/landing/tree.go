@@ -62,6 +62,7 @@ func (t Tree) readFiles() []string {
 	files := []string{
 		filepath.Join(p.RuntimeConfigDir, render.WAFConfigFile),
 		filepath.Join(p.RuntimeConfigDir, ipgroups.SnapshotName),
+		filepath.Join(p.RuntimeConfigDir, ipgroups.CompiledName),
 		filepath.Join(p.RuntimeConfigDir, ipgroups.ChecksumName),
 	}
 	for _, db := range []string{p.CountryMMDB, p.CityMMDB} {
