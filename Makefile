@@ -54,6 +54,7 @@ demo: deps build
 # a minute and runs load through nginx).
 bench: deps build cross
 	go run ./testing/bench
+	go run ./testing/applybench
 
 clean:
 	rm -rf bin dist .demo

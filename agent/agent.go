@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
@@ -117,17 +118,19 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Releases before one-parse applies validated a staged copy here.
+	os.RemoveAll(filepath.Join(stateDir, "apply-staging"))
 	a.engine = &apply.Engine{
-		CP:         a.cp,
-		Store:      store,
-		Paths:      paths,
-		Tree:       landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
-		Policy:     policy.Policy{Trusted: cfg.TemplatePolicy == "trusted", Allowed: cfg.AllowedPaths},
-		Fallback:   o.Fallback,
-		BackupDir:  filepath.Join(stateDir, "apply-backup"),
-		StagingDir: filepath.Join(stateDir, "apply-staging"),
-		Log:        o.Log,
-		IPGroups:   a.reconcileIPGroups,
+		CP:        a.cp,
+		Store:     store,
+		Paths:     paths,
+		Tree:      landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
+		Policy:    policy.Policy{Trusted: cfg.TemplatePolicy == "trusted", Allowed: cfg.AllowedPaths},
+		Fallback:  o.Fallback,
+		BackupDir: filepath.Join(stateDir, "apply-backup"),
+		Log:       o.Log,
+		IPGroups:  a.reconcileIPGroups,
+		Reported:  a.beatSoon,
 	}
 	a.engine.Nginx = nginxFor(ctx, cfg, paths, o.Log)
 	if node, ok := a.engine.Nginx.(nginx.Node); ok {

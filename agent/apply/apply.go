@@ -24,9 +24,8 @@ type Outcome struct {
 
 // land lands a rendered version and makes nginx serve it, or keeps the node
 // serving what it had (three-stage rollback, PROTOCOL 8.2 done more safely):
-// validate a staged copy before touching live files, back up every path the
-// apply will touch, swap, validate again, reload, and prove with the
-// self-probe that the workers serve.
+// back up every path the apply will touch, swap, validate, reload, and
+// prove with the self-probe that the workers serve.
 func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *render.Output, startup bool) Outcome {
 	fail := func(err error) Outcome {
 		return e.recoverFrom(ctx, nil, target, fmt.Errorf("apply version %s: %w", target.Version, err))
@@ -93,16 +92,19 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	} else if err != nil {
 		return fail(err)
 	}
+	// One validation, of the live tree, after the swap: it reads exactly
+	// what the reload will (the same include graph, absolute paths and
+	// certificates), which a staged copy elsewhere cannot promise. It is as
+	// safe as validating first: nginx reads its files only when started
+	// or signalled, and the agent alone signals it, so until the reload
+	// the running workers serve the previous config from memory; a failed
+	// validation restores the backup before anything reads the new files,
+	// and a crash in between restores it at the next start. Should nginx
+	// still refuse what -t accepted (a file changed in between, a port
+	// taken), the master keeps its workers and logs why: reload sees that,
+	// and the backup goes back the same way.
 	began := e.now()
-	staged, err := landing.Stage(e.StagingDir, e.Paths, mainText, routeText, out.Files)
-	if err == nil {
-		err = e.Nginx.Test(ctx, staged)
-	}
-	e.Log.Debug("apply: staged copy validated", "version", target.Version, "took", e.now().Sub(began))
-	os.RemoveAll(e.StagingDir)
-	if err != nil {
-		return fail(fmt.Errorf("staged validation: %w", err))
-	}
+	e.Log.Debug("apply: planned", "version", target.Version)
 	touched, err := set.Touched()
 	if err != nil {
 		return fail(err)
@@ -112,13 +114,15 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 		return fail(err)
 	}
 	testhook.Crash("after-backup")
-	e.Log.Debug("apply: backed up", "files", len(touched), "took", e.now().Sub(began))
+	e.Log.Debug("apply: backed up", "version", target.Version, "files", len(touched), "took", e.now().Sub(began))
 	err = set.Write(func() { testhook.Crash("mid-write") })
 	testhook.Crash("after-swap")
 	e.Log.Debug("apply: swapped in", "took", e.now().Sub(began))
 	if err == nil {
-		err = e.Nginx.Test(ctx, e.Paths.Main)
-		e.Log.Debug("apply: live config validated", "took", e.now().Sub(began))
+		if err = e.Nginx.Test(ctx, e.Paths.Main); err != nil {
+			return e.unswap(ctx, txn, target, fmt.Errorf("apply version %s: %w", target.Version, err))
+		}
+		e.Log.Debug("apply: validated", "took", e.now().Sub(began))
 	}
 	if err == nil {
 		testhook.Crash("before-reload")
@@ -143,6 +147,22 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 		e.Log.Warn("discard apply backup", "err", err)
 	}
 	return Outcome{Result: protocol.ResultSuccess, Message: "apply success", Reloaded: true}
+}
+
+// unswap handles a version that failed validation after the swap: the
+// backup goes back, and a running nginx, which never read the new files,
+// keeps serving without a reload. With no nginx running, recovery is
+// recoverFrom's (start the restored config, or the fallback).
+func (e *Engine) unswap(ctx context.Context, txn *landing.Txn, target protocol.ConfigRef, cause error) Outcome {
+	if !e.Nginx.Running() || txn.Restore() != nil {
+		// Nothing serves, or the files are in an unknown state:
+		// recoverFrom makes nginx run what can run.
+		return e.recoverFrom(ctx, txn, target, cause)
+	}
+	if err := txn.Commit(); err != nil {
+		e.Log.Warn("discard apply backup", "err", err)
+	}
+	return e.recoverFrom(ctx, nil, target, cause)
 }
 
 // recoverFrom is stages 1–3 of the rollback. txn is nil when the live files

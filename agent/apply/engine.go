@@ -84,12 +84,14 @@ type Engine struct {
 	// Policy is what the node owner lets a server-sent config do.
 	Policy policy.Policy
 	// Fallback is the embedded fallback.conf text.
-	Fallback   string
-	BackupDir  string
-	StagingDir string
-	Log        *slog.Logger
+	Fallback  string
+	BackupDir string
+
+	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Reported runs right after an apply log was sent (nil: nothing).
+	Reported func()
 	// IPGroups runs after a success or warning apply with the IP groups
 	// the version references.
 	IPGroups func(ctx context.Context, ids []uint64)
@@ -229,6 +231,7 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if ff := e.fetchFailed; mode == Normal && ff.n > 0 && (target == nil || *target == ff.ref) && e.now().Before(ff.at.Add(fetchBackoff(ff.n))) {
 		return fmt.Errorf("fetch active config: retried after %s (failed %d times)", fetchBackoff(ff.n), ff.n)
 	}
+	began := e.now()
 	ac, err := e.CP.ActiveConfig(ctx)
 	if err != nil && !controlplane.NoActiveVersion(err) {
 		// A newly published version starts its own count.
@@ -263,6 +266,7 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 		e.renderFailed.ref, e.renderFailed.at, e.renderFailed.err = fetched, e.now(), err
 		return err
 	}
+	e.Log.Debug("apply: fetched and rendered", "version", ac.Version, "took", e.now().Sub(began))
 	prev := e.Store.Get().Current
 	outcome := e.land(ctx, fetched, out, mode != Normal)
 	if outcome.Reloaded && prev != fetched {
@@ -282,6 +286,11 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	var reportErr error
 	if outcome.Result != protocol.ResultSuccess || prev != fetched {
 		reportErr = e.report(ctx, fetched, out, outcome)
+		// The next status follows the apply log at once, so the control
+		// plane shows the node on its new version within one round trip.
+		if e.Reported != nil {
+			e.Reported()
+		}
 	}
 	// The IP groups are synced even if the report failed: without them a
 	// referenced deny list is off.

@@ -172,13 +172,12 @@ func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cp: &fakeCP{}, ng: &fakeNginx{live: p.Main}, now: time.Unix(1_800_000_000, 0), dir: dir, paths: p}
 	r.e = &Engine{
 		CP: r.cp, Nginx: r.ng, Store: store, Paths: p,
-		Tree:       landing.Tree{Paths: p, DataDir: dd, StateDir: stateDir},
-		Fallback:   "# safe fallback\nevents {}\nhttp {\n}\n",
-		BackupDir:  filepath.Join(stateDir, "apply-backup"),
-		StagingDir: filepath.Join(stateDir, "apply-staging"),
-		Log:        slog.New(slog.DiscardHandler),
-		Now:        func() time.Time { return r.now },
-		IPGroups:   func(_ context.Context, ids []uint64) { r.ipg = append(r.ipg, ids) },
+		Tree:      landing.Tree{Paths: p, DataDir: dd, StateDir: stateDir},
+		Fallback:  "# safe fallback\nevents {}\nhttp {\n}\n",
+		BackupDir: filepath.Join(stateDir, "apply-backup"),
+		Log:       slog.New(slog.DiscardHandler),
+		Now:       func() time.Time { return r.now },
+		IPGroups:  func(_ context.Context, ids []uint64) { r.ipg = append(r.ipg, ids) },
 	}
 	return r
 }
@@ -277,7 +276,7 @@ func TestFailuresRollBack(t *testing.T) {
 		liveHas    string
 		messageHas string
 	}{
-		{"staged -t fails, v1 keeps serving", "v1", brokenMark, protocol.ResultWarning, true, "v1", "one.test", "staged validation"},
+		{"-t fails, v1 keeps serving", "v1", brokenMark, protocol.ResultWarning, true, "v1", "one.test", "rolled back to previous config: apply version v2: nginx -t"},
 		{"first deployment bad: fallback", "", brokenMark, protocol.ResultWarning, true, "", "safe fallback", "fallback runtime started"},
 		{"reload fails: backup restored", "v1", reloadFailMark, protocol.ResultWarning, true, "v1", "one.test", "rolled back to previous config"},
 		{"probe fails: restored, held, not blocked", "v1", probeFailMark, protocol.ResultFailed, false, "v1", "one.test", "Permission denied"},

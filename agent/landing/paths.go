@@ -121,10 +121,12 @@ func (p Paths) MainText(text string) string {
 	return text
 }
 
-// ProbeAddr is where the agent's self-probe listens: a loopback address of
-// its own (all of 127/8 is local on Linux), so the probe server is never
-// the default server of a port the template's servers use, and no site or
-// access log sees the probe.
+// ProbeAddr is where the agent's self-probe listens before its set is
+// stamped with an address of the generation's own (probeAddrFor), and in
+// configs landed by older releases: a loopback address of the agent's (all
+// of 127/8 is local on Linux), so the probe server is never the default
+// server of a port the template's servers use, and no site or access log
+// sees the probe.
 const ProbeAddr = "127.79.70.1"
 
 // probeMarker names the probe server; agent/nginx looks for it before
@@ -144,7 +146,7 @@ func (p Paths) ProbeURL() string {
 // use); a config without Lua (the safe fallback) only proves a worker
 // answers.
 func (p Paths) probeServer(text string) string {
-	handler := `return 200 "ok\n";`
+	handler := `return 200 "ok $openflare_generation\n";`
 	if strings.Contains(text, "_by_lua") || strings.Contains(text, "lua_shared_dict") {
 		handler = "content_by_lua_file " + filepath.Join(p.OpenRestyLuaDir, "probe.lua") + ";"
 	}
@@ -153,6 +155,7 @@ func (p Paths) probeServer(text string) string {
         listen %s:%d;
         %s
         access_log off;
+        set $openflare_generation "%s";
         location = %s {
             %s
         }
@@ -160,8 +163,22 @@ func (p Paths) probeServer(text string) string {
             return 404;
         }
     }
-`, ProbeAddr, p.ObservabilityPort, probeMarker, ProbePath, handler)
+`, ProbeAddr, p.ObservabilityPort, probeMarker, generationSlot, ProbePath, handler)
 }
+
+// The probe answers "ok <generation>", the generation being a hash of
+// everything the apply lands: an answer from a worker of the previous
+// configuration (still accepting for a few milliseconds after a reload)
+// is told apart from one of the new, so the reload is confirmed as soon as
+// a new worker serves, without waiting for the old ones to leave. The slot
+// holds the place until the set is complete (Set.stamp).
+const (
+	generationSlot = "pending-generation"
+	// generationPrefix starts the line of a landed main config that names
+	// its generation; agent/nginx reads it back (its generationLine) to
+	// check the probe's answer.
+	generationPrefix = `set $openflare_generation "`
+)
 
 // wafInit makes every worker initialise the WAF runtime (PROTOCOL 6.2
 // [MUST]): without it every WAF check fails closed.
@@ -225,14 +242,3 @@ var escapeHost = strings.NewReplacer(
 	`local host = ngx.var.host or ""`, `local host = (ngx.var.host or "")`+escapeHTML,
 	`function() return ngx.var.host or "" end`, `function() return ((ngx.var.host or "")`+escapeHTML+`) end`,
 )
-
-// Staged returns paths for validating a version in dir before it touches
-// the live files: config and certificates move, logs and the pid stay.
-func (p Paths) Staged(dir string) Paths {
-	s := p
-	s.Main = filepath.Join(dir, filepath.Base(p.Main))
-	s.Route = filepath.Join(dir, filepath.Base(p.Route))
-	s.CertDir = filepath.Join(dir, "certs")
-	s.OpenRestyCertDir = s.CertDir
-	return s
-}

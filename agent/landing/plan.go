@@ -2,7 +2,9 @@ package landing
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -89,7 +91,41 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 	if err := s.checkUnique(); err != nil {
 		return nil, err
 	}
+	s.stamp()
 	return s, nil
+}
+
+// stamp writes the generation into the main config: a hash of every file
+// of the set, paths and modes included, so any change to what lands (a
+// certificate alone, say) is a new generation, and the same set lands
+// byte-identical (the startup re-apply finds it unchanged).
+func (s *Set) stamp() {
+	h := sha256.New()
+	for _, f := range s.Files {
+		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", f.Path, f.Mode, len(f.Data))
+		h.Write(f.Data)
+	}
+	sum := h.Sum(nil)
+	gen := hex.EncodeToString(sum)[:16]
+	stamped := strings.NewReplacer(
+		generationPrefix+generationSlot, generationPrefix+gen,
+		"listen "+ProbeAddr+":", "listen "+probeAddrFor(sum)+":",
+	)
+	for i, f := range s.Files {
+		if bytes.Contains(f.Data, []byte(generationPrefix+generationSlot)) {
+			s.Files[i].Data = []byte(stamped.Replace(string(f.Data)))
+		}
+	}
+}
+
+// probeAddrFor is the probe's listen address for a generation: one of
+// 127.79.0.1–127.79.255.254, new with (almost) every generation. nginx
+// opens a new address's socket when it reloads, and only the new workers
+// accept on it, so the probe reaches a new worker at its first try. On a
+// shared socket the old workers take every connection until the master
+// tells them to leave, 100 ms after it started the new ones.
+func probeAddrFor(sum []byte) string {
+	return fmt.Sprintf("127.79.%d.%d", sum[0], 1+int(sum[1])%254)
 }
 
 func (s *Set) checkUnique() error {
@@ -195,49 +231,12 @@ func (s *Set) Unchanged() bool {
 // FallbackPlan is the safe fallback runtime (PROTOCOL 8.5): the embedded
 // main config, already adapted, and an empty route config.
 func FallbackPlan(p Paths, mainText string) *Set {
-	return &Set{Files: []File{
+	s := &Set{Files: []File{
 		{p.Main, []byte(p.MainText(mainText)), 0o640},
 		{p.Route, nil, 0o640},
 	}}
-}
-
-// Stage writes what `nginx -t` needs to validate a version into dir, away
-// from the live files: main and route config, mime.types and the support
-// files (certificates are loaded at -t time). It returns the staged main
-// config's path.
-func Stage(dir string, p Paths, mainText, routeText string, support []protocol.SupportFile) (string, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return "", fmt.Errorf("stage: clear %s: %w", dir, err)
-	}
-	sp := p.Staged(dir)
-	mime := mimeTypes
-	if b, err := os.ReadFile(filepath.Join(filepath.Dir(p.Main), "mime.types")); err == nil {
-		mime = b
-	}
-	files := []File{
-		{sp.Main, []byte(sp.MainText(mainText)), 0o644},
-		{sp.Route, []byte(sp.RouteText(routeText)), 0o644},
-		{filepath.Join(dir, "mime.types"), mime, 0o644},
-	}
-	for _, f := range support {
-		pl, err := Place(f.Path)
-		if err != nil {
-			return "", err
-		}
-		if pl.Skip || pl.Runtime {
-			continue // nginx -t reads none of them
-		}
-		files = append(files, File{pl.Path(sp), []byte(f.Content), 0o600})
-	}
-	for _, f := range files {
-		if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
-			return "", fmt.Errorf("stage: %w", err)
-		}
-		if err := os.WriteFile(f.Path, f.Data, f.Mode); err != nil {
-			return "", fmt.Errorf("stage: %w", err)
-		}
-	}
-	return sp.Main, nil
+	s.stamp()
+	return s
 }
 
 // onDisk reports whether f is already on disk with the same mode and bytes.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,10 @@ type Ctl struct {
 	ProbeURL string
 	// Proc is where process facts are read (zero: the real /proc).
 	Proc linux.FS
+
+	// previous is set by a reload and consumed by the SelfTest after it;
+	// the agent drives one Ctl from one goroutine.
+	previous generation0
 }
 
 func (n *Ctl) procs() procTable { return procTable{n.Proc} }
@@ -101,9 +106,11 @@ func (n *Ctl) Activate(ctx context.Context) error {
 }
 
 // reload sends SIGHUP and confirms the master re-read the configuration:
-// new workers appear. A master that rejects the new configuration keeps its
-// old workers and logs [emerg] under its own pid; that is reported as the
-// error. (Workers may log [emerg] too, e.g. initgroups inside a user
+// a worker of the new generation runs. The previous workers are left to
+// SelfTest, which hands the listeners over to the new ones once a new
+// worker has answered. A master that rejects the new configuration keeps
+// its old workers and logs [emerg] under its own pid; that is reported as
+// the error. (Workers may log [emerg] too, e.g. initgroups inside a user
 // namespace, without the reload failing.)
 func (n *Ctl) reload(ctx context.Context, pid int) error {
 	procs := n.procs()
@@ -112,12 +119,14 @@ func (n *Ctl) reload(ctx context.Context, pid int) error {
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload: signal master %d: %w", pid, err)
 	}
-	deadline := time.Now().Add(n.settle())
+	sent := time.Now()
+	deadline := sent.Add(n.settle())
 	for {
 		if !procs.isMaster(pid) {
 			return fmt.Errorf("reload: master %d exited: %s", pid, n.errorsSince(logMark))
 		}
-		if hasNew(before, procs.workers(pid)) && procs.retired(before) {
+		if hasNew(before, procs.workers(pid)) {
+			n.previous = generation0{master: pid, workers: before, since: sent}
 			return nil
 		}
 		if msg := n.errorsSince(logMark); strings.Contains(msg, fmt.Sprintf("[emerg] %d#", pid)) {
@@ -130,10 +139,69 @@ func (n *Ctl) reload(ctx context.Context, pid int) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("reload: no new worker processes after %s: %s", n.settle(), n.errorsSince(logMark))
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		// The master re-parses the whole configuration first (tens of
+		// milliseconds for a hundred sites): poll finely, /proc is cheap.
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// generation0 is the previous generation's workers after a reload, until
+// SelfTest has handed over to the new ones.
+type generation0 struct {
+	master  int
+	workers []int
+	since   time.Time
+}
+
+// handover makes the previous generation's workers stop accepting, once a
+// new worker has answered the probe, and waits until they have. nginx's
+// master tells them itself, but only 100 ms after it started the new
+// workers, and until then they take the new connections (they were first
+// on the shared listening sockets): the new config would not yet be what
+// clients get. SIGQUIT is the master's own graceful-shutdown signal: they
+// close their listeners at once, finish the requests in flight, and leave;
+// the master, which marks them leaving when its pause ends, does not
+// replace them. Their exit, which long-lived connections may delay for
+// minutes, is not waited for: it is logged at debug level.
+func (n *Ctl) handover(ctx context.Context) {
+	prev := n.previous
+	n.previous = generation0{}
+	if len(prev.workers) == 0 {
+		return
+	}
+	procs := n.procs()
+	live := procs.workers(prev.master)
+	for _, pid := range prev.workers {
+		// Only a worker still of this master: a pid may be reused.
+		if slices.Contains(live, pid) {
+			syscall.Kill(pid, syscall.SIGQUIT)
+		}
+	}
+	for deadline := time.Now().Add(time.Second); !procs.retired(prev.workers); {
+		if time.Now().After(deadline) || sleep(ctx, 2*time.Millisecond) != nil {
+			break
+		}
+	}
+	if n.Log != nil && n.Log.Enabled(ctx, slog.LevelDebug) {
+		n.Log.Debug("reload: previous workers stopped accepting", "after", time.Since(prev.since))
+		// The apply's context ends with the apply; this ends by itself.
+		go n.logExit(context.WithoutCancel(ctx), prev)
+	}
+}
+
+// logExit logs when the previous generation's workers have all exited, or
+// that some still serve when the settle time is up.
+func (n *Ctl) logExit(ctx context.Context, prev generation0) {
+	deadline := prev.since.Add(n.settle())
+	for n.procs().anyAlive(prev.workers) {
+		if time.Now().After(deadline) || sleep(ctx, 50*time.Millisecond) != nil {
+			n.Log.Debug("reload: previous workers still serving their connections", "workers", prev.workers, "after", time.Since(prev.since))
+			return
+		}
+	}
+	n.Log.Debug("reload: previous workers exited", "after", time.Since(prev.since))
 }
 
 // Start starts a master with the live config and waits for its workers.
@@ -302,6 +370,16 @@ func (p procTable) retired(old []int) bool {
 		}
 	}
 	return true
+}
+
+// anyAlive reports whether any of pids still runs.
+func (p procTable) anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if pr, err := p.proc().Process(pid); err == nil && !pr.Zombie() {
+			return true
+		}
+	}
+	return false
 }
 
 func hasNew(before, after []int) bool {

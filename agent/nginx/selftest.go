@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -34,13 +35,19 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 	if n.ProbeURL == "" {
 		return nil
 	}
-	if main, err := os.ReadFile(n.MainConfig); err == nil && !strings.Contains(string(main), ProbeMarker) {
+	main, err := os.ReadFile(n.MainConfig)
+	if err == nil && !strings.Contains(string(main), ProbeMarker) {
 		// A config landed by an older release, or a template whose http
 		// block the agent could not find: there is nothing to ask.
 		if n.Log != nil {
 			n.Log.Warn("the running config has no self-probe listener; not probed", "config", n.MainConfig)
 		}
 		return nil
+	}
+	want, url := "ok", n.ProbeURL
+	if gen := generation(main); gen != "" {
+		want += " " + gen
+		url = probeURL(main, url)
 	}
 	client := &http.Client{
 		Timeout: probeWait,
@@ -54,14 +61,15 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 	deadline := time.Now().Add(probeWait)
 	var last error
 	for {
-		last = n.probeOnce(ctx, client)
+		last = n.probeOnce(ctx, client, url, want)
 		if last == nil {
+			n.handover(ctx)
 			return nil
 		}
-		if !errors.Is(last, errNotListening) || time.Now().After(deadline) {
+		if !errors.Is(last, errNotListening) && !errors.Is(last, errOldGeneration) || time.Now().After(deadline) {
 			break
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
 			return fmt.Errorf("%w: interrupted: %v", ErrProbe, err)
 		}
 	}
@@ -112,12 +120,55 @@ func distinct(lines string, max int) string {
 	return strings.Join(keep, "; ")
 }
 
-var errNotListening = errors.New("probe listener not answering")
+var (
+	errNotListening  = errors.New("probe listener not answering")
+	errOldGeneration = errors.New("a worker of the previous configuration answered")
+)
 
-func (n *Ctl) probeOnce(ctx context.Context, client *http.Client) error {
+// generationLine starts the probe server's generation line in a landed
+// main config (landing.GenerationPrefix).
+const generationLine = `set $openflare_generation "`
+
+// probeURL is base with its host and port replaced by the probe server's
+// listen address in main (each generation listens on an address of its
+// own), or base when main names none.
+func probeURL(main []byte, base string) string {
+	head, _, ok := strings.Cut(string(main), ProbeMarker)
+	if !ok {
+		return base
+	}
+	i := strings.LastIndex(head, "listen ")
+	if i < 0 {
+		return base
+	}
+	addr, _, ok := strings.Cut(head[i+len("listen "):], ";")
+	u, err := neturl.Parse(base)
+	if !ok || err != nil || strings.ContainsAny(addr, " \t\n") {
+		return base
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// generation is the generation a landed main config names, or "".
+func generation(main []byte) string {
+	_, rest, ok := strings.Cut(string(main), generationLine)
+	if !ok {
+		return ""
+	}
+	gen, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return ""
+	}
+	return gen
+}
+
+// probeOnce asks once; want is the answer of a healthy worker of the
+// landed configuration ("ok <generation>").
+func (n *Ctl) probeOnce(ctx context.Context, client *http.Client, url, want string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.ProbeURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -130,8 +181,13 @@ func (n *Ctl) probeOnce(ctx context.Context, client *http.Client) error {
 	// One line per failing file; a few dozen lines say everything.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 	text := strings.TrimSpace(string(body))
-	if resp.StatusCode == http.StatusOK && text == "ok" {
+	if resp.StatusCode == http.StatusOK && text == want {
 		return nil
 	}
-	return fmt.Errorf("GET %s answered %d: %s", n.ProbeURL, resp.StatusCode, strings.ReplaceAll(text, "\n", "; "))
+	if resp.StatusCode == http.StatusOK && strings.HasPrefix(text, "ok") {
+		// Healthy, but the previous generation: its workers accept until
+		// they take the master's signal to leave.
+		return fmt.Errorf("%w (%q, want %q)", errOldGeneration, text, want)
+	}
+	return fmt.Errorf("GET %s answered %d: %s", url, resp.StatusCode, strings.ReplaceAll(text, "\n", "; "))
 }

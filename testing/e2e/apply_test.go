@@ -316,7 +316,7 @@ func TestStopDuringApply(t *testing.T) {
 	n.start()
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	v2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v2"))}})
-	n.waitLog(`msg="apply: staged copy validated" version=`+v2.Version, 30*time.Second)
+	n.waitLog(`msg="apply: backed up" version=`+v2.Version, 30*time.Second)
 	n.stop()
 	waitServes(t, "app.test", "/", "origin-ok v2")
 	if st := n.state(); st.Current.Version != v2.Version || st.Blocked.Version != "" {

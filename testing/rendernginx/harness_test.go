@@ -36,9 +36,9 @@ func probe(t testing.TB) *nginx.Caps {
 	return probed.caps
 }
 
-// loader does what the agent does before it touches live files: adapt the
-// rendered text to the installed nginx, stage it with the support files,
-// and run `nginx -t` on the staged copy (agent/apply).
+// loader does what the agent does to validate a version (agent/apply):
+// adapt the rendered text to the installed nginx, land it with the support
+// files, and run `nginx -t` on the landed main config.
 type loader struct {
 	root    string
 	paths   landing.Paths
@@ -80,8 +80,8 @@ func newLoader(t testing.TB) *loader {
 	}
 }
 
-// load adapts, stages and tests a rendered version. edit, when set, changes
-// the adapted main config before it is staged, or refuses it.
+// load adapts, lands and tests a rendered version. edit, when set, changes
+// the adapted main config before it is landed, or refuses it.
 func (l *loader) load(out *render.Output, edit func(string) (string, error)) error {
 	mainText, err := l.adapter.Main(out.Main)
 	if err != nil {
@@ -93,11 +93,14 @@ func (l *loader) load(out *render.Output, edit func(string) (string, error)) err
 		}
 	}
 	mainText = l.workersAsRoot(mainText)
-	staged, err := landing.Stage(filepath.Join(l.root, "staging"), l.paths, mainText, l.adapter.Route(out.Route), out.Files)
+	set, err := landing.Plan(l.paths, mainText, l.adapter.Route(out.Route), out.Files)
 	if err != nil {
 		return err
 	}
-	return l.ctl.Test(context.Background(), staged)
+	if err := set.Write(nil); err != nil {
+		return err
+	}
+	return l.ctl.Test(context.Background(), l.paths.Main)
 }
 
 var userLineRe = regexp.MustCompile(`(?m)^[ \t]*user[ \t]`)

@@ -90,7 +90,9 @@ for _, dir in ipairs(TEMP_DIRS) do
 end
 
 if #failures == 0 then
-    ngx.say("ok")
+    -- The generation tells the agent this worker runs the configuration
+    -- it just landed, not the one before.
+    ngx.say("ok ", ngx.var.openflare_generation or "")
     return
 end
 ngx.status = ngx.HTTP_INTERNAL_SERVER_ERROR
