@@ -135,6 +135,7 @@ func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
 	a.logIPGroups("pushed", res.Landed, res.Rejected, err)
 	if len(res.Landed) > 0 {
 		a.beatSoon()
+		releaseMemory()
 	}
 }
 

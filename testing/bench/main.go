@@ -6,12 +6,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/openflare/openflare-agent/testing/benchkit"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -26,7 +25,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
@@ -53,25 +51,25 @@ func main() {
 	flag.Parse()
 	bin, err := filepath.Abs(*agentBin)
 	if err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	runLive := func() int { return live(bin) }
 	if os.Getenv("OPENFLARE_NSTEST_ROLE") != "" {
 		os.Exit(nstest.Run(runLive, nil))
 	}
 	if _, err := os.Stat(bin); err != nil {
-		fatal(fmt.Errorf("%v (run `make build`)", err))
+		benchkit.Fatal(fmt.Errorf("%v (run `make build`)", err))
 	}
 	rows := append(sizes(*distDir), goBenchmarks()...)
 	f, err := os.CreateTemp("", "openflare-bench-rows-")
 	if err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	f.Close()
 	defer os.Remove(f.Name())
 	os.Setenv(rowsEnv, f.Name())
 	if code := nstest.Run(runLive, nil); code != 0 {
-		fatal(fmt.Errorf("live measurements exited %d", code))
+		benchkit.Fatal(fmt.Errorf("live measurements exited %d", code))
 	}
 	data, _ := os.ReadFile(f.Name())
 	for _, line := range strings.Split(string(data), "\n") {
@@ -83,16 +81,11 @@ func main() {
 	printTable(rows)
 }
 
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "bench:", err)
-	os.Exit(1)
-}
-
 func emit(what, value, note string) {
 	b, _ := json.Marshal(struct{ What, Value, Note string }{what, value, note})
 	f, err := os.OpenFile(os.Getenv(rowsEnv), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s\n", b)
@@ -224,35 +217,35 @@ func fmtDuration(d time.Duration) string {
 func live(bin string) int {
 	dir, err := os.MkdirTemp("", "openflare-bench-")
 	if err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 	origin := startOrigin()
 	cp := controlplane.New()
 	if err := cp.Start(); err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	defer cp.Close()
 	cp.UpdateSettings("", func(s *protocol.AgentSettings) { s.HeartbeatInterval = 3000; s.WebsocketUpgradeEnabled = true })
 	if _, err := cp.Publish(source(origin, 0).JSON(), nil); err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
-	a := startAgent(bin, dir, cp)
-	defer a.stop()
-	waitServes(fmt.Sprintf("r%d.bench", *routes-1), "gen 0")
+	a := benchkit.StartAgent(bin, dir, cp, nil)
+	defer a.Stop()
+	benchkit.WaitServes(fmt.Sprintf("r%d.bench", *routes-1), "gen 0", 5*time.Millisecond)
 	nodeID := cp.Nodes()[0].NodeID
 	if err := cp.WaitWS(context.Background(), nodeID, true); err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 
 	// At rest: 100 routes, WebSocket up, a status every 3 s. CPU is read
 	// over the whole idle period after a 10 s settle (10 ms clock ticks).
 	time.Sleep(10 * time.Second)
-	cpu0 := cpuTime(a.pid())
+	cpu0 := benchkit.CPUTime(a.PID())
 	time.Sleep(*idleFor)
-	cpu1 := cpuTime(a.pid())
+	cpu1 := benchkit.CPUTime(a.PID())
 	perMin := time.Duration(float64(cpu1-cpu0) * float64(time.Minute) / float64(*idleFor))
-	emit("agent RSS at rest", kib(rss(a.pid())), fmt.Sprintf("%s; %d routes, WebSocket, status every 3 s, after %v (budget 10 MiB on arm64)", rssParts(a.pid()), *routes, *idleFor))
+	emit("agent RSS at rest", benchkit.MiB(benchkit.RSS(a.PID())), fmt.Sprintf("%s; %d routes, WebSocket, status every 3 s, after %v (budget 10 MiB on arm64)", benchkit.RSSParts(a.PID()), *routes, *idleFor))
 	emit("agent CPU at rest", fmtDuration(perMin)+" per minute", "budget 60 ms/min")
 
 	// Under load: 1000 requests/s through nginx, tailed and reported.
@@ -283,51 +276,27 @@ func live(bin string) int {
 		}()
 	}
 	time.Sleep(*loadFor)
-	peak, parts := rss(a.pid()), rssParts(a.pid())
+	peak, parts := benchkit.RSS(a.PID()), benchkit.RSSParts(a.PID())
 	close(stop)
 	wg.Wait()
-	emit("agent RSS under load", kib(peak), fmt.Sprintf("%s; %.0f requests/s through nginx for %v (target < 20 MiB)", parts, float64(sent.Load())/loadFor.Seconds(), *loadFor))
+	emit("agent RSS under load", benchkit.MiB(peak), fmt.Sprintf("%s; %.0f requests/s through nginx for %v (target < 20 MiB)", parts, float64(sent.Load())/loadFor.Seconds(), *loadFor))
 
 	// Publish → serving, over the WebSocket (pushed) and over HTTP polling.
 	ws := latencies(cp, origin, 1)
-	emit("publish→serving over WebSocket", fmt.Sprintf("median %s, p95 %s", fmtDuration(pct(ws, 50)), fmtDuration(pct(ws, 95))), fmt.Sprintf("%d publishes, %d routes (target median < 300 ms)", len(ws), *routes))
+	emit("publish→serving over WebSocket", fmt.Sprintf("median %s, p95 %s", fmtDuration(benchkit.Pct(ws, 50)), fmtDuration(benchkit.Pct(ws, 95))), fmt.Sprintf("%d publishes, %d routes (target median < 300 ms)", len(ws), *routes))
 	cp.UpdateSettings(nodeID, func(s *protocol.AgentSettings) { s.WebsocketUpgradeEnabled = false })
 	if err := cp.WaitWS(context.Background(), nodeID, false); err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	http1 := latencies(cp, origin, 1+len(ws))
-	emit("publish→serving over HTTP polling", fmt.Sprintf("median %s, p95 %s", fmtDuration(pct(http1, 50)), fmtDuration(pct(http1, 95))), fmt.Sprintf("%d publishes, heartbeat every 3 s", len(http1)))
+	emit("publish→serving over HTTP polling", fmt.Sprintf("median %s, p95 %s", fmtDuration(benchkit.Pct(http1, 50)), fmtDuration(benchkit.Pct(http1, 95))), fmt.Sprintf("%d publishes, heartbeat every 3 s", len(http1)))
 
 	// The agent's default memory_limit (32 MiB) refuses a 15 MB group; the
 	// workers are what this measures.
-	a.restartWith(map[string]any{"memory_limit": "192MiB"})
-	waitServes("r0.bench", "gen "+strconv.Itoa(len(ws)+len(http1)))
+	a.RestartWith(map[string]any{"memory_limit": "192MiB"})
+	benchkit.WaitServes("r0.bench", "gen "+strconv.Itoa(len(ws)+len(http1)), 5*time.Millisecond)
 	bigIPGroup(cp, origin, dir, 1+len(ws)+len(http1))
 	return 0
-}
-
-// restartWith stops the agent, adds extra to its agent.json and starts it
-// again.
-func (a *agentProc) restartWith(extra map[string]any) {
-	a.stop()
-	path := filepath.Join(a.dir, "agent.json")
-	var conf map[string]any
-	if err := json.Unmarshal([]byte(readFile(path)), &conf); err != nil {
-		fatal(fmt.Errorf("restart agent: read %s: %w", path, err))
-	}
-	for k, v := range extra {
-		conf[k] = v
-	}
-	b, _ := json.Marshal(conf)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		fatal(fmt.Errorf("restart agent: %w", err))
-	}
-	cmd := exec.Command(a.cmd.Path, a.cmd.Args[1:]...)
-	cmd.Stdout, cmd.Stderr = a.cmd.Stdout, a.cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		fatal(fmt.Errorf("restart agent: %w", err))
-	}
-	a.cmd = cmd
 }
 
 // bigIPGroup lands a 1 000 000-entry IP group (every other address from
@@ -340,7 +309,7 @@ func bigIPGroup(cp *controlplane.Server, origin, dir string, gen int) {
 	// measured after are new ones, compared with the largest old one.
 	var before int64
 	for _, pid := range nginxWorkers(pidFile) {
-		before = max(before, rss(pid))
+		before = max(before, benchkit.RSS(pid))
 	}
 	list := make([]string, 0, 1_000_000)
 	for i := 0; len(list) < cap(list)-1; i++ {
@@ -353,12 +322,12 @@ func bigIPGroup(cp *controlplane.Server, origin, dir string, gen int) {
 	src.WAF = &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{controlplane.DefaultRuleGroup(), controlplane.IPMatchRuleGroup(2, "huge", 9)}}
 	start := time.Now()
 	if _, err := cp.Publish(src.JSON(), nil); err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
-	waitServes("r0.bench", "gen "+strconv.Itoa(gen))
+	benchkit.WaitServes("r0.bench", "gen "+strconv.Itoa(gen), 5*time.Millisecond)
 	for deadline := time.Now().Add(2 * time.Minute); statusFrom(member) != http.StatusForbidden; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			fatal(fmt.Errorf("the 1 000 000-entry group was never enforced for %s", member))
+			benchkit.Fatal(fmt.Errorf("the 1 000 000-entry group was never enforced for %s", member))
 		}
 	}
 	enforced := time.Since(start)
@@ -375,13 +344,13 @@ func bigIPGroup(cp *controlplane.Server, origin, dir string, gen int) {
 	var worst int64
 	var parts []string
 	for _, pid := range workers {
-		r := rss(pid)
+		r := benchkit.RSS(pid)
 		worst = max(worst, r)
-		parts = append(parts, fmt.Sprintf("%s (%s)", kib(r), rssParts(pid)))
+		parts = append(parts, fmt.Sprintf("%s (%s)", benchkit.MiB(r), benchkit.RSSParts(pid)))
 	}
 	note := fmt.Sprintf("%d workers: %s; before the group %s; member %d, neighbour %d; publish→enforced %s (report only)",
-		len(workers), strings.Join(parts, ", "), kib(before), statusFrom(member), statusFrom(neighbour), fmtDuration(enforced))
-	emit("nginx worker RSS, 1M-entry IP group", "max "+kib(worst), note)
+		len(workers), strings.Join(parts, ", "), benchkit.MiB(before), statusFrom(member), statusFrom(neighbour), fmtDuration(enforced))
+	emit("nginx worker RSS, 1M-entry IP group", "max "+benchkit.MiB(worst), note)
 }
 
 // statusFrom sends GET / for r0.bench from a local address, on a fresh
@@ -453,18 +422,12 @@ func latencies(cp *controlplane.Server, origin string, first int) []time.Duratio
 		host := fmt.Sprintf("r%d.bench", rand.IntN(*routes))
 		start := time.Now()
 		if _, err := cp.Publish(source(origin, gen).JSON(), nil); err != nil {
-			fatal(err)
+			benchkit.Fatal(err)
 		}
-		waitServes(host, "gen "+strconv.Itoa(gen))
+		benchkit.WaitServes(host, "gen "+strconv.Itoa(gen), 5*time.Millisecond)
 		out = append(out, time.Since(start))
 	}
 	return out
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
 }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
@@ -475,100 +438,8 @@ func startOrigin() string {
 	})}
 	ln, err := netListen()
 	if err != nil {
-		fatal(err)
+		benchkit.Fatal(err)
 	}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String()
-}
-
-func waitServes(host, want string) {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
-		req.Host = host
-		if resp, err := c.Do(req); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(b) == want {
-				return
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	fatal(fmt.Errorf("%s never served %q", host, want))
-}
-
-type agentProc struct {
-	cmd *exec.Cmd
-	dir string
-}
-
-func startAgent(bin, dir string, cp *controlplane.Server) *agentProc {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		fatal(err)
-	}
-	_, tok := cp.AddNode("bench")
-	conf, _ := json.Marshal(map[string]any{
-		"server_url": cp.URL(), "agent_token": tok, "node_name": "bench", "node_ip": "198.51.100.10",
-		"openresty_path": nginx, "data_dir": filepath.Join(dir, "data"),
-	})
-	path := filepath.Join(dir, "agent.json")
-	os.WriteFile(path, conf, 0o600)
-	cmd := exec.Command(bin, "-config", path)
-	log, _ := os.Create(filepath.Join(dir, "agent.log"))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		fatal(err)
-	}
-	return &agentProc{cmd: cmd, dir: dir}
-}
-
-func (a *agentProc) pid() int { return a.cmd.Process.Pid }
-
-func (a *agentProc) stop() {
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	a.cmd.Wait()
-}
-
-// rss reads VmRSS in KiB.
-func rss(pid int) int64 { return statusKiB(pid, "VmRSS:") }
-
-// statusKiB reads one "<key> N kB" line of /proc/<pid>/status.
-func statusKiB(pid int, key string) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// rssParts says how much of the RSS is the program's own memory and how
-// much the mapped binary.
-func rssParts(pid int) string {
-	return fmt.Sprintf("anon %s + file %s", kib(statusKiB(pid, "RssAnon:")), kib(statusKiB(pid, "RssFile:")))
-}
-
-func kib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/1024) }
-
-// cpuTime is user+system CPU time of pid.
-func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	// USER_HZ is 100 on every Linux this runs on.
-	return time.Duration(ut+st) * 10 * time.Millisecond
 }

@@ -78,6 +78,25 @@ func (a *Agent) Stop() {
 	a.Cmd.Wait()
 }
 
+// RestartWith stops the agent, adds extra to its agent.json and starts it
+// again.
+func (a *Agent) RestartWith(extra map[string]any) {
+	a.Stop()
+	for k, v := range extra {
+		a.Conf[k] = v
+	}
+	b, _ := json.Marshal(a.Conf)
+	if err := os.WriteFile(filepath.Join(a.Dir, "agent.json"), b, 0o600); err != nil {
+		Fatal(fmt.Errorf("restart agent: %w", err))
+	}
+	cmd := exec.Command(a.Cmd.Path, a.Cmd.Args[1:]...)
+	cmd.Stdout, cmd.Stderr = a.Cmd.Stdout, a.Cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		Fatal(fmt.Errorf("restart agent: %w", err))
+	}
+	a.Cmd = cmd
+}
+
 // Get fetches http://127.0.0.1/ for host over a fresh connection (a kept
 // one could still reach a worker of the previous configuration) and
 // returns the body, or "" on any error.

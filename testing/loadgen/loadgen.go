@@ -121,7 +121,21 @@ func (l *Load) fail(truncated bool, format string, args ...any) {
 type conn struct {
 	c    net.Conn
 	br   *bufio.Reader
+	read *countingReader
 	used bool // an answer was read on it: it is a reused connection now
+}
+
+// countingReader counts the bytes the connection delivered, to tell a
+// close before any answer from one in the middle of it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (l *Load) keepAlive(ctx context.Context, o Options, every time.Duration) {
@@ -191,7 +205,8 @@ func dial(addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{c: c, br: bufio.NewReader(c)}, nil
+	cr := &countingReader{r: c}
+	return &conn{c: c, br: bufio.NewReader(cr), read: cr}, nil
 }
 
 // closedWhileIdle peeks at an idle connection: a close from the server is
@@ -215,6 +230,7 @@ type answer struct {
 // request sends one GET and reads the whole answer.
 func request(c *conn, host, path string) (answer, error) {
 	a := answer{want: -1}
+	before := c.read.n
 	c.c.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.c.SetDeadline(time.Time{})
 	if _, err := fmt.Fprintf(c.c, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: openflare-loadgen\r\n\r\n", path, host); err != nil {
@@ -222,7 +238,10 @@ func request(c *conn, host, path string) (answer, error) {
 	}
 	resp, err := http.ReadResponse(c.br, nil)
 	if err != nil {
-		if c.used && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		// http.ReadResponse calls a close before the status line an
+		// unexpected EOF: what counts is that not a byte came back.
+		if c.used && c.read.n == before && c.br.Buffered() == 0 &&
+			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 			return a, &idleClose{err}
 		}
 		return a, err
