@@ -252,9 +252,10 @@ func TestOldDataDirRepairedOnStart(t *testing.T) {
 	}
 }
 
-// The agent as a service user with CAP_NET_BIND_SERVICE only, as the
-// shipped systemd unit runs it: nginx serves port 80, and the agent's
-// credentials open nothing of root's.
+// The agent as a service user with CAP_NET_BIND_SERVICE only, as owners
+// who will not run it as root do (the shipped unit runs it as root, workers
+// as nginx_user): nginx serves port 80, and the agent's credentials open
+// nothing of root's.
 func TestServiceUserServes(t *testing.T) {
 	needRealRoot(t)
 	const uid = 65534 // nobody: every Linux has it
