@@ -28,12 +28,12 @@ const (
 
 // ErrFormat is wrapped by every error caused by the contents of the archive:
 // corruption, truncation, a CRC mismatch, or a limit above being exceeded.
-var ErrFormat = errors.New("sevenz: invalid archive")
+var ErrFormat = errors.New("invalid 7z archive")
 
 // ErrUnsupported is wrapped by errors for valid archives that use what this
 // reader does not implement, such as a method other than Copy, LZMA and
 // LZMA2, a chain of coders (BCJ, BCJ2, Delta) or encryption.
-var ErrUnsupported = errors.New("sevenz: unsupported")
+var ErrUnsupported = errors.New("unsupported 7z feature")
 
 func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
@@ -92,12 +92,20 @@ var signature = []byte{'7', 'z', 0xBC, 0xAF, 0x27, 0x1C}
 // whose folders it could not decode (see ErrUnsupported) before returning,
 // so that no content is extracted from an archive that would fail halfway.
 func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
+	r, err := newReader(ra, size)
+	if err != nil {
+		return nil, fmt.Errorf("sevenz: %w", err)
+	}
+	return r, nil
+}
+
+func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 	if size < signatureHeaderSize {
 		return nil, corrupt("%d bytes is too short for a 7z archive", size)
 	}
 	var sh [signatureHeaderSize]byte
 	if _, err := ra.ReadAt(sh[:], 0); err != nil {
-		return nil, fmt.Errorf("sevenz: reading signature header: %w", err)
+		return nil, fmt.Errorf("reading signature header: %w", err)
 	}
 	if !bytes.Equal(sh[:6], signature) {
 		return nil, corrupt("no 7z signature")
@@ -112,7 +120,7 @@ func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
 	nextSize := binary.LittleEndian.Uint64(sh[20:28])
 	nextCRC := binary.LittleEndian.Uint32(sh[28:32])
 
-	r := &Reader{ra: ra, br: bufio.NewReaderSize(nil, 64<<10), si: &streamsInfo{}, folder: -1}
+	r := &Reader{ra: ra, si: &streamsInfo{}, folder: -1}
 	if nextSize == 0 {
 		// An archive with nothing in it has no header at all.
 		return r, nil
@@ -126,7 +134,7 @@ func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
 	}
 	hdr := make([]byte, nextSize)
 	if _, err := ra.ReadAt(hdr, int64(signatureHeaderSize+nextOff)); err != nil {
-		return nil, fmt.Errorf("sevenz: reading header: %w", err)
+		return nil, fmt.Errorf("reading header: %w", err)
 	}
 	if got := crc32.ChecksumIEEE(hdr); got != nextCRC {
 		return nil, corrupt("header CRC %08x, want %08x", got, nextCRC)
@@ -274,6 +282,14 @@ func (r *Reader) check(size int64) error {
 	if r.packOff, err = packOffsets(si, size); err != nil {
 		return err
 	}
+	for i, n := range si.numSub {
+		if n == 0 {
+			continue
+		}
+		if err := checkFolder(si, r.packOff, i); err != nil {
+			return err
+		}
+	}
 	withData := 0
 	for i := range r.files {
 		if r.files[i].hasStream {
@@ -282,14 +298,6 @@ func (r *Reader) check(size int64) error {
 	}
 	if withData != len(si.subSizes) {
 		return corrupt("%d files have data but the archive holds %d streams", withData, len(si.subSizes))
-	}
-	for i, n := range si.numSub {
-		if n == 0 {
-			continue
-		}
-		if err := checkFolder(si, r.packOff, i); err != nil {
-			return err
-		}
 	}
 	for i := range r.files {
 		f := &r.files[i]
@@ -437,6 +445,9 @@ func (r *Reader) openFolder(si *streamsInfo, packOff []int64, i int) (*folderRea
 		fr.dec, err = newLZMA(src, c.props, d, unpack)
 	case bytes.Equal(c.id, methodLZMA2):
 		// The LZMA2 decoder reads chunk headers a few bytes at a time.
+		if r.br == nil {
+			r.br = bufio.NewReaderSize(src, 64<<10)
+		}
 		r.br.Reset(src)
 		d, _ := lzma2DictSize(c.props[0])
 		d, _ = lzmaDict(d, unpack)
@@ -523,7 +534,7 @@ func (r *Reader) Next() (*Entry, io.Reader, error) {
 	if r.cur != nil {
 		if r.cur.left > 0 && r.subLeft > 0 {
 			if _, err := io.Copy(io.Discard, r.cur); err != nil {
-				r.err = fmt.Errorf("skipping the rest of %q: %w", r.files[r.next-1].name, err)
+				r.err = err // names the entry already
 				return nil, nil, r.err
 			}
 		}
@@ -547,7 +558,7 @@ func (r *Reader) Next() (*Entry, io.Reader, error) {
 		}
 		fr, err := r.openFolder(r.si, r.packOff, r.folder)
 		if err != nil {
-			r.err = fmt.Errorf("opening %q: %w", f.name, err)
+			r.err = fmt.Errorf("sevenz: %q: %w", f.name, err)
 			return nil, nil, r.err
 		}
 		r.fr = fr
@@ -596,23 +607,23 @@ func (e *entryReader) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		// Also at the entry's last byte: the folder's own CRC may be what
 		// failed.
-		e.err = err
-		return n, err
+		e.err = fmt.Errorf("sevenz: %q: %w", e.name, err)
+		return n, e.err
 	}
 	if e.left == 0 {
 		if e.hasCRC && e.crc != e.want {
-			e.err = corrupt("%q: CRC %08x, want %08x", e.name, e.crc, e.want)
+			e.err = fmt.Errorf("sevenz: %q: %w", e.name, corrupt("CRC %08x, want %08x", e.crc, e.want))
 			return n, e.err
 		}
 		return n, io.EOF
 	}
 	if err == io.EOF {
-		err = corrupt("%q: data ends %d bytes early", e.name, e.left)
+		// The folder reader reports this itself; only a broken invariant
+		// gets here.
+		e.err = fmt.Errorf("sevenz: %q: %w", e.name, corrupt("data ends %d bytes early", e.left))
+		return n, e.err
 	}
-	if err != nil {
-		e.err = err
-	}
-	return n, err
+	return n, nil
 }
 
 // folderReader yields a folder's decoded data, checking its length and CRC.
@@ -640,7 +651,7 @@ func (f *folderReader) Read(p []byte) (int, error) {
 	}
 	n, err := f.dec.Read(p)
 	if n < 0 || n > len(p) {
-		f.err = fmt.Errorf("sevenz: folder %d: decoder returned %d bytes for a %d-byte read", f.idx, n, len(p))
+		f.err = fmt.Errorf("folder %d: decoder returned %d bytes for a %d-byte read", f.idx, n, len(p))
 		return 0, f.err
 	}
 	f.crc = crc32.Update(f.crc, crc32.IEEETable, p[:n])
@@ -660,7 +671,7 @@ func (f *folderReader) Read(p []byte) (int, error) {
 	case n == 0:
 		// A decoder that keeps returning nothing would hang io.Copy.
 		if f.stuck++; f.stuck > 100 {
-			f.err = fmt.Errorf("sevenz: folder %d: %w", f.idx, io.ErrNoProgress)
+			f.err = fmt.Errorf("folder %d: %w", f.idx, io.ErrNoProgress)
 		}
 	default:
 		f.stuck = 0
@@ -675,7 +686,7 @@ func (f *folderReader) Read(p []byte) (int, error) {
 // itself failed, which is the caller's I/O problem and not the archive's.
 func (f *folderReader) wrap(err error) error {
 	if f.src.err != nil {
-		return fmt.Errorf("sevenz: reading folder %d: %w", f.idx, f.src.err)
+		return fmt.Errorf("reading folder %d: %w", f.idx, f.src.err)
 	}
 	if errors.Is(err, ErrFormat) || errors.Is(err, ErrUnsupported) {
 		return err
