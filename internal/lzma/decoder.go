@@ -34,12 +34,12 @@ func (l *lenDecoder) reset() {
 // decode returns the match length minus matchMin.
 func (l *lenDecoder) decode(rc *rangeDecoder, posState uint32) uint32 {
 	if rc.bit(&l.choice) == 0 {
-		return rc.tree3(&l.low[posState&15])
+		return rc.tree(l.low[posState&15][:], 3)
 	}
 	if rc.bit(&l.choice2) == 0 {
-		return 8 + rc.tree3(&l.mid[posState&15])
+		return 8 + rc.tree(l.mid[posState&15][:], 3)
 	}
-	return 16 + rc.tree8(&l.high)
+	return 16 + rc.tree(l.high[:], 8)
 }
 
 // decoder is the LZMA state machine shared by LZMA1 and LZMA2.
@@ -129,8 +129,10 @@ func (d *decoder) decode(lim int) error {
 		d.pending -= n
 	}
 	for w.pos < lim {
-		if rc.err != nil {
-			return rc.err
+		if rc.pos+margin > rc.end {
+			if err := rc.fill(); err != nil {
+				return err
+			}
 		}
 		posState := uint32(w.pos) & d.pbMask
 		s := d.state
@@ -143,8 +145,8 @@ func (d *decoder) decode(lim int) error {
 			length = d.matchLen.decode(rc, posState)
 			dist := d.distance(length)
 			if dist == endMarker {
-				if rc.err != nil {
-					return rc.err
+				if err := rc.overrun(); err != nil {
+					return err
 				}
 				d.eos = true
 				return nil
@@ -158,9 +160,6 @@ func (d *decoder) decode(lim int) error {
 		} else {
 			if rc.bit(&d.isRepG0[s%states]) == 0 {
 				if rc.bit(&d.isRep0Long[(s<<4|posState)&255]) == 0 {
-					if rc.err != nil {
-						return rc.err
-					}
 					if !w.has(d.rep0) {
 						return corrupt("short repeat before the start of the data")
 					}
@@ -196,9 +195,6 @@ func (d *decoder) decode(lim int) error {
 				d.state = 11
 			}
 		}
-		if rc.err != nil {
-			return rc.err
-		}
 		if !w.has(d.rep0) {
 			return corrupt("match distance beyond the start of the data")
 		}
@@ -209,23 +205,45 @@ func (d *decoder) decode(lim int) error {
 		}
 		w.copyMatch(d.rep0, n)
 	}
-	return rc.err
+	return rc.overrun()
 }
 
+// literal decodes one literal. It is the hottest path, so the range coder
+// lives in locals here rather than going through rc.bit.
 func (d *decoder) literal() {
 	w := &d.win
 	rc := &d.rc
 	prev := uint32(w.prev())
 	ls := (uint32(w.pos)&d.lpMask)<<d.lc | prev>>(8-d.lc)
 	probs := (*[0x300]prob)(d.lit[0x300*ls:])
+	rng, code, in, pos := rc.rng, rc.code, rc.in, rc.pos
 	sym := uint32(1)
 	s := d.state
 	if s >= 7 {
+		// After a match the literal is coded relative to the byte at rep0:
+		// while the bits agree, a separate set of probabilities is used.
 		match := uint32(w.back(d.rep0))
 		for sym < 0x100 {
 			mb := (match >> 7) & 1
 			match <<= 1
-			b := rc.bit(&probs[(1+mb)<<8|sym])
+			p := &probs[(1+mb)<<8|sym]
+			v := uint32(*p)
+			bound := (rng >> probBits) * v
+			var b uint32
+			if code < bound {
+				rng = bound
+				*p = prob(v + (probOne-v)>>moveBits)
+			} else {
+				rng -= bound
+				code -= bound
+				*p = prob(v - v>>moveBits)
+				b = 1
+			}
+			if rng < topValue {
+				rng <<= 8
+				code = code<<8 | uint32(in[pos])
+				pos++
+			}
 			sym = sym<<1 | b
 			if mb != b {
 				break
@@ -233,8 +251,26 @@ func (d *decoder) literal() {
 		}
 	}
 	for sym < 0x100 {
-		sym = sym<<1 | rc.bit(&probs[sym&0xFF])
+		p := &probs[sym]
+		v := uint32(*p)
+		bound := (rng >> probBits) * v
+		if code < bound {
+			rng = bound
+			*p = prob(v + (probOne-v)>>moveBits)
+			sym <<= 1
+		} else {
+			rng -= bound
+			code -= bound
+			*p = prob(v - v>>moveBits)
+			sym = sym<<1 | 1
+		}
+		if rng < topValue {
+			rng <<= 8
+			code = code<<8 | uint32(in[pos])
+			pos++
+		}
 	}
+	rc.rng, rc.code, rc.pos = rng, code, pos
 	w.buf[w.pos] = byte(sym)
 	w.pos++
 	switch {
@@ -253,7 +289,7 @@ func (d *decoder) distance(length uint32) uint32 {
 	if ls > lenToPos-1 {
 		ls = lenToPos - 1
 	}
-	slot := rc.tree6(&d.posSlot[ls])
+	slot := rc.tree(d.posSlot[ls][:], 6)
 	if slot < 4 {
 		return slot
 	}
@@ -270,20 +306,19 @@ func (d *decoder) distance(length uint32) uint32 {
 // reached and the range coder is not at a clean end.
 func (d *decoder) endMarker() error {
 	rc := &d.rc
+	if err := rc.fill(); err != nil {
+		return err
+	}
 	posState := uint32(d.win.pos) & d.pbMask
-	if rc.bit(&d.isMatch[(d.state<<4|posState)&255]) == 0 ||
-		rc.bit(&d.isRep[d.state%states]) != 0 {
-		if rc.err != nil {
-			return rc.err
-		}
-		return corrupt("data continues past the declared size")
+	ok := rc.bit(&d.isMatch[(d.state<<4|posState)&255]) == 1 && rc.bit(&d.isRep[d.state%states]) == 0
+	if ok {
+		length := d.matchLen.decode(rc, posState)
+		ok = d.distance(length) == endMarker
 	}
-	length := d.matchLen.decode(rc, posState)
-	dist := d.distance(length)
-	if rc.err != nil {
-		return rc.err
+	if err := rc.overrun(); err != nil {
+		return err
 	}
-	if dist != endMarker {
+	if !ok {
 		return corrupt("data continues past the declared size")
 	}
 	if rc.code != 0 {

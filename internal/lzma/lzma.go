@@ -130,8 +130,7 @@ func (z *reader1) Read(p []byte) (int, error) {
 		}
 		if !z.started {
 			z.started = true
-			z.d.rc.src = z.src
-			z.d.rc.in = make([]byte, 0, 64<<10)
+			z.d.rc.setSource(z.src)
 			if err := z.d.rc.start(); err != nil {
 				z.err = err
 				continue

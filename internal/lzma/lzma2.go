@@ -68,7 +68,7 @@ func (z *reader2) Read(p []byte) (int, error) {
 					z.err = corrupt("match crosses an LZMA2 chunk boundary")
 					continue
 				}
-				if z.d.rc.code != 0 || z.d.rc.pos != len(z.d.rc.in) {
+				if z.d.rc.code != 0 || z.d.rc.pos != z.d.rc.end {
 					z.err = corrupt("LZMA2 chunk sizes do not match its data")
 					continue
 				}
@@ -173,13 +173,12 @@ func (z *reader2) nextChunk() error {
 	case control >= 0xA0:
 		z.d.resetState()
 	}
-	if cap(z.chunk) < 1<<16 {
-		z.chunk = make([]byte, 1<<16)
+	if z.chunk == nil {
+		z.chunk = make([]byte, 1<<16+margin)
 	}
-	in := z.chunk[:packed]
-	if _, err := io.ReadFull(z.src, in); err != nil {
+	if _, err := io.ReadFull(z.src, z.chunk[:packed]); err != nil {
 		return readErr("LZMA2 chunk", err)
 	}
-	z.d.rc = rangeDecoder{in: in}
+	z.d.rc.setChunk(z.chunk, packed)
 	return z.d.rc.start()
 }

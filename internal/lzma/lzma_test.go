@@ -74,7 +74,7 @@ func inputs() map[string][]byte {
 		"one":    {'x'},
 		"zeros":  make([]byte, 300000),
 		"text":   []byte(strings.Repeat("hello, static world. ", 5000)),
-		"mixed":  sample(3<<20, 1),
+		"mixed":  sample(1<<20, 1),
 		"random": sample(1, 2)[:0:0],
 	}
 }
@@ -385,7 +385,7 @@ func decodeWithin(t *testing.T, name string, f func() error) error {
 }
 
 func TestTruncated(t *testing.T) {
-	data := sample(20000, 21)
+	data := sample(6000, 21)
 	f := runXZ(t, data, "--format=lzma", "-6", "-c")
 	p, _, payload := alone(t, f)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")
@@ -425,7 +425,7 @@ func TestBitFlips(t *testing.T) {
 	p, _, payload := alone(t, f)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")
 	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 2000; i++ {
+	for i := 0; i < 1000; i++ {
 		bad := append([]byte{}, payload...)
 		pos := r.IntN(len(bad))
 		bad[pos] ^= 1 << r.IntN(8)
