@@ -654,7 +654,9 @@ func (f *folderReader) Read(p []byte) (int, error) {
 		f.err = fmt.Errorf("folder %d: decoder returned %d bytes for a %d-byte read", f.idx, n, len(p))
 		return 0, f.err
 	}
-	f.crc = crc32.Update(f.crc, crc32.IEEETable, p[:n])
+	if f.hasCRC {
+		f.crc = crc32.Update(f.crc, crc32.IEEETable, p[:n])
+	}
 	f.left -= uint64(n)
 	if f.left == 0 {
 		if f.hasCRC && f.crc != f.want {
