@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -91,9 +92,24 @@ func (a *Agent) applyLoop(ctx context.Context) {
 // to the system at once. A node at rest needs a few MiB; an apply of a
 // thousand routes, or a group of 100 000 entries, briefly needs tens, and
 // the runtime's scavenger would take minutes to return them: on a 128 MiB
-// router that is memory nginx could use. A full collection of a small heap
-// costs about a millisecond, once per apply.
-func releaseMemory() { debug.FreeOSMemory() }
+// router that is memory nginx could use. It acts only when that much is
+// held (work that changed nothing, as most beats' is, leaves it alone): a
+// forced collection every beat would be most of the agent's idle CPU.
+func releaseMemory() {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+	}
+	metrics.Read(s)
+	objects, live, free := s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
+	if objects-min(live, objects)+free > releaseAbove {
+		debug.FreeOSMemory()
+	}
+}
+
+// releaseAbove is the garbage plus free heap worth giving back at once.
+const releaseAbove = 4 << 20
 
 func (a *Agent) runWork(w work, parent context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), applyBudget)
