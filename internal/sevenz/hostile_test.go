@@ -462,3 +462,65 @@ func TestBomb(t *testing.T) {
 		t.Errorf("Copy data shorter than its size: %v", err)
 	}
 }
+
+// eofReaderAt returns io.EOF with a read that reaches the end, as
+// io.ReaderAt allows, and fails reads beyond failAt.
+type eofReaderAt struct {
+	b      []byte
+	failAt int64
+}
+
+var errDisk = errors.New("disk on fire")
+
+func (e *eofReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > e.failAt {
+		return 0, errDisk
+	}
+	n, err := bytes.NewReader(e.b).ReadAt(p, off)
+	if err == nil && off+int64(n) == int64(len(e.b)) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func TestReaderAtBehaviour(t *testing.T) {
+	for name, b := range seeds(t) {
+		want, err := readAll(b, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readWith(&eofReaderAt{b: b, failAt: 1 << 62}, int64(len(b)))
+		if err != nil || !equalItems(got, want) {
+			t.Errorf("%s: io.EOF with the last complete read: %v", name, err)
+		}
+		// A failing disk is reported as itself, not as a corrupt archive.
+		for at := int64(0); at < int64(len(b)); at += 7 {
+			_, err := readWith(&eofReaderAt{b: b, failAt: at}, int64(len(b)))
+			if err != nil && (!errors.Is(err, errDisk) || errors.Is(err, ErrFormat)) {
+				t.Errorf("%s: read failing past %d: %v", name, at, err)
+			}
+		}
+	}
+}
+
+func readWith(ra io.ReaderAt, size int64) ([]item, error) {
+	r, err := NewReader(ra, size)
+	if err != nil {
+		return nil, err
+	}
+	var items []item
+	for {
+		e, rd, err := r.Next()
+		if err == io.EOF {
+			return items, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		c, err := io.ReadAll(rd)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, item{*e, string(c)})
+	}
+}

@@ -104,7 +104,7 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		return nil, corrupt("%d bytes is too short for a 7z archive", size)
 	}
 	var sh [signatureHeaderSize]byte
-	if _, err := ra.ReadAt(sh[:], 0); err != nil {
+	if err := readFullAt(ra, sh[:], 0); err != nil {
 		return nil, fmt.Errorf("reading signature header: %w", err)
 	}
 	if !bytes.Equal(sh[:6], signature) {
@@ -133,7 +133,7 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		return nil, corrupt("header at %d+%d lies beyond the end of the %d-byte archive", nextOff, nextSize, size)
 	}
 	hdr := make([]byte, nextSize)
-	if _, err := ra.ReadAt(hdr, int64(signatureHeaderSize+nextOff)); err != nil {
+	if err := readFullAt(ra, hdr, int64(signatureHeaderSize+nextOff)); err != nil {
 		return nil, fmt.Errorf("reading header: %w", err)
 	}
 	if got := crc32.ChecksumIEEE(hdr); got != nextCRC {
@@ -168,6 +168,19 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// readFullAt is ReadAt without the io.EOF that a ReaderAt may return along
+// with a complete read at the end of its input.
+func readFullAt(ra io.ReaderAt, p []byte, off int64) error {
+	n, err := ra.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // decodeHeader reads the StreamsInfo of an encoded header and decodes the
