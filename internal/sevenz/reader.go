@@ -540,6 +540,10 @@ func (f *fileInfo) mode() (fs.FileMode, error) {
 // entries share its folder (solid block), and skipped without decoding when
 // they do not. Reaching the end of a content reader checks the entry's CRC.
 // Next returns io.EOF after the last entry.
+//
+// Skipping an entry of a solid folder costs decoding it, and Size is what
+// the archive declares: an extractor with a size budget should check Size
+// before calling Next again, not only count what it reads.
 func (r *Reader) Next() (*Entry, io.Reader, error) {
 	if r.err != nil {
 		return nil, nil, r.err
