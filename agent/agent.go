@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/nodeip"
 	"github.com/openflare/openflare-agent/agent/observability"
+	"github.com/openflare/openflare-agent/agent/pages"
 	"github.com/openflare/openflare-agent/agent/policy"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/testhook"
@@ -62,6 +64,9 @@ type Agent struct {
 	moreLogs atomic.Bool
 	wsStats  wsclient.Stats
 	work     workQueue
+
+	pages     *pages.Syncer
+	pagesWork pagesWork
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -93,6 +98,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		ip:        nodeip.New(),
 		work:      newWorkQueue(),
 		statusNow: make(chan struct{}, 1),
+		pagesWork: pagesWork{wake: make(chan struct{}, 1)},
 	}
 	// What one reply may cost follows the memory limit in force
 	// (GOMEMLIMIT or memory_limit).
@@ -100,6 +106,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)
+	a.pages = &pages.Syncer{Dir: cfg.PagesDir, CP: a.cp, Log: o.Log}
 	if a.ipg, err = ipgroups.Open(cfg.RuntimeConfigDir, o.Log); err != nil {
 		return nil, err
 	}
@@ -131,6 +138,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		Log:       o.Log,
 		IPGroups:  a.reconcileIPGroups,
 		Reported:  a.beatSoon,
+		Pages:     a.setPages,
 	}
 	a.engine.Nginx = nginxFor(ctx, cfg, paths, o.Log)
 	if node, ok := a.engine.Nginx.(nginx.Node); ok {
@@ -177,13 +185,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.applyLoop(ctx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { a.applyLoop(ctx) })
+	loops.Go(func() { a.pagesLoop(ctx) })
 	a.channels(ctx)
-	<-done
+	loops.Wait()
 	a.cp.CloseIdle()
 	a.obs.Close()
 	a.log.Info("agent stopped; nginx left running")

@@ -109,6 +109,9 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 	if st.LastError != "" {
 		events = append(events, protocol.HealthEvent{EventType: "sync_error", Severity: "warning", Message: st.LastError, TriggeredAtUnix: now})
 	}
+	if st.PagesError != "" {
+		events = append(events, protocol.HealthEvent{EventType: "pages_sync_error", Severity: "warning", Message: st.PagesError, TriggeredAtUnix: now})
+	}
 	return &protocol.NodePayload{
 		SchemaVersion:       protocol.SchemaVersion,
 		NodeID:              st.NodeID,

@@ -90,6 +90,9 @@ type Engine struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Pages runs after a success or warning apply with the Pages projects
+	// the version serves (none included: the list is the whole set).
+	Pages func(ctx context.Context, ids []uint64)
 	// Reported runs right after an apply log was sent (nil: nothing).
 	Reported func()
 	// IPGroups runs after a success or warning apply with the IP groups
@@ -279,10 +282,6 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 		}
 	}
 	e.Log.Info("apply finished", "version", ac.Version, "result", outcome.Result, "reloaded", outcome.Reloaded, "message", outcome.Message)
-	if ids, _ := render.PagesProjectIDs(ac.SourceConfigJSON); len(ids) > 0 && outcome.Result == protocol.ResultSuccess {
-		e.Log.Warn("the version has Pages routes; this agent does not download Pages packages yet", "projects", ids)
-		outcome.Message += fmt.Sprintf("; Pages content for projects %v is not synced by this agent", ids)
-	}
 	var reportErr error
 	if outcome.Result != protocol.ResultSuccess || prev != fetched {
 		reportErr = e.report(ctx, fetched, out, outcome)
@@ -296,6 +295,15 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	// referenced deny list is off.
 	if outcome.Result != protocol.ResultFailed && e.IPGroups != nil {
 		e.IPGroups(ctx, out.IPGroups)
+	}
+	// Pages content is deployed apart from the config: a project that
+	// fails is reported alone and holds up neither the apply nor the others.
+	if outcome.Result != protocol.ResultFailed && e.Pages != nil {
+		ids, err := render.PagesProjectIDs(ac.SourceConfigJSON)
+		if err != nil {
+			e.Log.Warn("pages projects of the version", "version", ac.Version, "err", err)
+		}
+		e.Pages(ctx, ids)
 	}
 	if reportErr != nil {
 		return reportErr

@@ -29,6 +29,9 @@ type State struct {
 	ProbeError string
 	// Workers is who the nginx workers run as, and why.
 	Workers string
+	// PagesError is why Pages projects failed to deploy, each named; empty
+	// once they all deploy.
+	PagesError string
 }
 
 // file is the on-disk layout, flat as upstream's agent-state.json keeps
@@ -47,6 +50,7 @@ type file struct {
 	Channel           string `json:"channel,omitempty"`
 	ProbeError        string `json:"probe_error,omitempty"`
 	Workers           string `json:"nginx_workers,omitempty"`
+	PagesError        string `json:"pages_error,omitempty"`
 }
 
 // MarshalJSON writes the flat layout.
@@ -56,6 +60,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		BlockedVersion: s.Blocked.Version, BlockedChecksum: s.Blocked.Checksum, BlockedReason: s.BlockedReason,
 		LastError: s.LastError, OpenRestyStatus: s.OpenRestyStatus, OpenRestyMessage: s.OpenRestyMessage,
 		LastHeartbeatUnix: s.LastHeartbeatUnix, Channel: s.Channel, ProbeError: s.ProbeError, Workers: s.Workers,
+		PagesError: s.PagesError,
 	})
 }
 
@@ -70,6 +75,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		Blocked: protocol.ConfigRef{Version: f.BlockedVersion, Checksum: f.BlockedChecksum}, BlockedReason: f.BlockedReason,
 		LastError: f.LastError, OpenRestyStatus: f.OpenRestyStatus, OpenRestyMessage: f.OpenRestyMessage,
 		LastHeartbeatUnix: f.LastHeartbeatUnix, Channel: f.Channel, ProbeError: f.ProbeError, Workers: f.Workers,
+		PagesError: f.PagesError,
 	}
 	return nil
 }

@@ -89,6 +89,8 @@ type Server struct {
 	groups            map[uint64]*ipGroup
 	checksumOverrides map[uint64]string
 
+	pages map[uint64]*pagesProject
+
 	faults   []*Fault
 	requests map[string]int
 	ws       map[string]*wsConn
@@ -364,6 +366,10 @@ func (s *Server) handler(done <-chan struct{}) http.Handler {
 	mux := func(w http.ResponseWriter, r *http.Request) {
 		if rt, ok := routes[r.URL.Path]; ok && rt.method == r.Method {
 			rt.handler(w, r)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, protocol.PathPagesPrefix) && r.Method == http.MethodGet {
+			s.handlePages(w, r)
 			return
 		}
 		if rt, ok := admin[r.URL.Path]; ok && rt.method == r.Method {

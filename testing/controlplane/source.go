@@ -61,6 +61,20 @@ type Route struct {
 	BasicAuthUsername  string
 	BasicAuthPassword  string
 	UpstreamType       string
+	// Pages makes this a Pages route (upstream_type "pages") serving the
+	// project's current release.
+	Pages *PagesDeployment
+}
+
+// PagesDeployment is a Pages route's deployment block (PROTOCOL 5.2).
+type PagesDeployment struct {
+	ProjectID          uint64 `json:"project_id"`
+	DeploymentID       uint64 `json:"deployment_id,omitempty"`
+	EntryFile          string `json:"entry_file,omitempty"`
+	SPAFallbackEnabled bool   `json:"spa_fallback_enabled"`
+	SPAFallbackPath    string `json:"spa_fallback_path,omitempty"`
+	// LocalRoot defaults to the project's current release.
+	LocalRoot string `json:"local_root"`
 }
 
 // Header is one custom proxy header of a route.
@@ -188,6 +202,17 @@ func (s Source) MarshalJSON() ([]byte, error) {
 }
 
 func (r Route) withServerDefaults() Route {
+	if r.Pages != nil {
+		d := *r.Pages
+		if d.LocalRoot == "" {
+			d.LocalRoot = fmt.Sprintf("__OPENFLARE_PAGES_DIR__/projects/%d/current", d.ProjectID)
+		}
+		r.Pages = &d
+		r.UpstreamType = "pages"
+		if r.OriginURL == "" {
+			r.OriginURL = fmt.Sprintf("openflare-pages://project/%d", d.ProjectID)
+		}
+	}
 	if len(r.Upstreams) == 0 && r.OriginURL != "" {
 		r.Upstreams = []string{r.OriginURL}
 	}
@@ -226,7 +251,16 @@ func (r Route) MarshalJSON() ([]byte, error) {
 		{"basic_auth_username", r.BasicAuthUsername, true},
 		{"basic_auth_password", r.BasicAuthPassword, true},
 		{"upstream_type", r.UpstreamType, true},
+		{"pages_project_id", r.pagesProjectID(), true},
+		{"pages_deployment", r.Pages, true},
 	}.MarshalJSON()
+}
+
+func (r Route) pagesProjectID() uint64 {
+	if r.Pages == nil {
+		return 0
+	}
+	return r.Pages.ProjectID
 }
 
 // openRestyDefaults are the fresh-install openresty_config values in the

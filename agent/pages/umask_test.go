@@ -1,0 +1,5 @@
+package pages
+
+import "syscall"
+
+func syscallUmask(m int) int { return syscall.Umask(m) }
