@@ -55,6 +55,7 @@ demo: deps build
 bench: deps build cross
 	go run ./testing/bench
 	go run ./testing/applybench
+	go test -run=NONE -bench=Extract100MiB -benchtime=2x ./agent/pages
 
 clean:
 	rm -rf bin dist .demo

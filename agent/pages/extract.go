@@ -15,6 +15,8 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/openflare/openflare-agent/agent/testhook"
 )
 
 // ErrPackage marks a package refused for what it holds; nothing of it is
@@ -283,6 +285,7 @@ func extract(pkg *os.File, size int64, dest string, lim limits) (extracted, erro
 		}
 		out.names = append(out.names, name)
 		out.bytes += n
+		testhook.Crash("pages-mid-extract")
 	}
 	if len(out.names) == 0 {
 		return out, fmt.Errorf("%w: the archive holds no file", ErrPackage)

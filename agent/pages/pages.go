@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
@@ -92,6 +93,7 @@ func (s *Syncer) project(ctx context.Context, id uint64) error {
 			meta = next
 		}
 	}
+	testhook.Crash("pages-before-switch")
 	if err := switchCurrent(dir, meta.Hash); err != nil {
 		return err
 	}
@@ -280,6 +282,7 @@ func switchCurrent(dir, hash string) error {
 	tmp := filepath.Join(dir, "current.tmp")
 	os.Remove(tmp)
 	err := os.Symlink(target, tmp)
+	testhook.Crash("pages-mid-switch")
 	if err == nil {
 		if err = os.Rename(tmp, cur); err != nil {
 			os.Remove(tmp)

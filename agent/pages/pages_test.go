@@ -215,6 +215,7 @@ func TestHostilePackagesRefused(t *testing.T) {
 		{"duplicate name", tarCase([]member{{name: "index.html", body: "x"}, {name: "./index.html", body: "y"}}), "appears twice", nil},
 		{"more files than declared", tarCase([]member{{name: "a", body: "x"}, {name: "b", body: "y"}}), "more than the 1 files", func(m *protocol.PagesMeta) { m.FileCount = 1; m.TotalSize = 1 }},
 		{"zip bomb", zipCase([]member{{name: "bomb.html", body: big}}), "past the 10 bytes", func(m *protocol.PagesMeta) { m.TotalSize = 10 }},
+		{"xz bomb", xzBomb, "past the 10 bytes", func(m *protocol.PagesMeta) { m.TotalSize = 10 }},
 		{"size that lies", lyingZip, "package refused", nil},
 		{"truncated", func(t *testing.T) ([]byte, []member) {
 			ms := []member{{name: "index.html", body: big}}
@@ -273,6 +274,22 @@ func tarCase(ms []member) func(*testing.T) ([]byte, []member) {
 
 func zipCase(ms []member) func(*testing.T) ([]byte, []member) {
 	return func(t *testing.T) ([]byte, []member) { return zipBytes(t, ms), ms }
+}
+
+// xzBomb is a tar.xz of a few KiB holding 64 MiB of zeros (made by the
+// real xz).
+func xzBomb(t *testing.T) ([]byte, []member) {
+	if _, err := exec.LookPath("xz"); err != nil {
+		t.Skip("xz is not installed (make deps)")
+	}
+	ms := []member{{name: "index.html", body: string(make([]byte, 64<<20))}}
+	cmd := exec.Command("xz", "-0", "-c")
+	cmd.Stdin = bytes.NewReader(tarBytes(t, ms))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, ms
 }
 
 // lyingZip declares 5 bytes for a member that holds 11.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/testsupport"
 )
@@ -101,5 +102,40 @@ func TestPagesServeAndSwitch(t *testing.T) {
 	})
 	if r := get("pages.test", "/"); r.body != "pages v2 home" {
 		t.Fatalf("after a refused package: %d %q", r.status, r.body)
+	}
+}
+
+// Killing the agent (SIGKILL) while it extracts a new package, between
+// the release and the switch, and in the middle of the switch leaves
+// current on the complete previous release (nginx keeps serving it), and
+// the next start finishes the job.
+func TestPagesCrashKeepsCurrent(t *testing.T) {
+	for _, point := range []string{"pages-mid-extract", "pages-before-switch", "pages-mid-switch"} {
+		t.Run(point, func(t *testing.T) {
+			cp := controlPlane(t)
+			pkg, files, total := sitePackage(t, map[string]string{"index.html": "crash v1", "a.txt": "a1"})
+			cp.SetPagesPackage(4, pkg, files, total)
+			v1 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{{
+				ID: 1, SiteName: "crash", Domains: []string{"crash.test"}, Pages: &controlplane.PagesDeployment{ProjectID: 4},
+			}}})
+			n := newNode(t, cp, nil)
+			n.start()
+			waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+			waitServes(t, "crash.test", "/", "crash v1")
+			n.stop()
+
+			pkg2, files2, total2 := sitePackage(t, map[string]string{"index.html": "crash v2", "a.txt": "a2", "b.txt": "b2"})
+			cp.SetPagesPackage(4, pkg2, files2, total2)
+			n.start(testhook.CrashEnv + "=" + point)
+			n.waitCrash(60 * time.Second)
+			if r := get("crash.test", "/"); r.body != "crash v1" {
+				t.Fatalf("after a crash at %s: %d %q", point, r.status, r.body)
+			}
+			n.start()
+			waitServes(t, "crash.test", "/", "crash v2")
+			if r := get("crash.test", "/b.txt"); r.body != "b2" {
+				t.Fatalf("the new release is incomplete: %d %q", r.status, r.body)
+			}
+		})
 	}
 }
