@@ -29,6 +29,10 @@ const MaxDict = 64 << 20
 // ErrCorrupt is wrapped by every error caused by invalid compressed data.
 var ErrCorrupt = errors.New("corrupt data")
 
+// ErrDictionaryTooLarge is wrapped by the refusal of a dictionary above
+// MaxDict.
+var ErrDictionaryTooLarge = errors.New("dictionary too large")
+
 // minDict follows the format: smaller declared dictionaries behave as 4 KiB.
 const minDict = 4096
 
@@ -63,7 +67,7 @@ func windowCap(dict uint32, size int64) (int, error) {
 		d = size
 	}
 	if d > MaxDict {
-		return 0, fmt.Errorf("lzma: dictionary of %d bytes exceeds the %d-byte limit", dict, MaxDict)
+		return 0, fmt.Errorf("lzma: %w: %d bytes, the limit is %d", ErrDictionaryTooLarge, dict, MaxDict)
 	}
 	d = (d + 15) &^ 15
 	if d == 0 {

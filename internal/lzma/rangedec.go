@@ -53,7 +53,7 @@ func (rc *rangeDecoder) fill() error {
 	if rc.src != nil && !rc.eof {
 		n := copy(rc.in, rc.in[rc.pos:rc.end])
 		rc.pos, rc.end = 0, n
-		for rc.end < margin && !rc.eof {
+		for empty := 0; rc.end < margin && !rc.eof; {
 			k, err := rc.src.Read(rc.in[rc.end:srcBuffer])
 			rc.end += k
 			if err != nil {
@@ -62,8 +62,13 @@ func (rc *rangeDecoder) fill() error {
 				}
 				rc.eof = true
 			}
+			if k > 0 {
+				empty = 0
+			} else if empty++; empty == 100 {
+				return fmt.Errorf("lzma: reading compressed data: %w", io.ErrNoProgress)
+			}
 		}
-		clear(rc.in[rc.end:])
+		clear(rc.in[rc.end : rc.end+margin])
 	}
 	return rc.overrun()
 }

@@ -384,7 +384,7 @@ func (z *reader) index() error {
 	cr := &crcReader{r: z.br, crc: crc32.Update(0, crc32.IEEETable, []byte{0}), n: 1}
 	count, err := readVLI(cr)
 	if err != nil {
-		return fmt.Errorf("xz: index: %w", err)
+		return fmt.Errorf("xz: index block count: %w", err)
 	}
 	if count != z.blocks {
 		return corrupt("index lists %d blocks, the stream has %d", count, z.blocks)
@@ -476,17 +476,20 @@ func readVLI(r io.ByteReader) (uint64, error) {
 	for i := 0; i < 9; i++ {
 		b, err := r.ReadByte()
 		if err != nil {
-			return 0, readErr("integer", err)
+			if errors.Is(err, io.EOF) {
+				return 0, fmt.Errorf("%w: integer truncated: %w", ErrCorrupt, io.ErrUnexpectedEOF)
+			}
+			return 0, err
 		}
 		if i > 0 && b == 0 {
-			return 0, corrupt("integer encoded with a redundant zero byte")
+			return 0, fmt.Errorf("%w: integer encoded with a redundant zero byte", ErrCorrupt)
 		}
 		v |= uint64(b&0x7F) << (7 * i)
 		if b&0x80 == 0 {
 			return v, nil
 		}
 	}
-	return 0, corrupt("integer longer than 9 bytes")
+	return 0, fmt.Errorf("%w: integer longer than 9 bytes", ErrCorrupt)
 }
 
 type nopHash struct{}

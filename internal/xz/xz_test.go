@@ -142,6 +142,15 @@ func TestChecks(t *testing.T) {
 	}
 }
 
+func TestUnsupportedCheck(t *testing.T) {
+	f := compress(t, []byte("data"), "--check=crc32")
+	f[7] = 0x02 // a 4-byte check this package does not know
+	binary.LittleEndian.PutUint32(f[8:12], crc32.ChecksumIEEE(f[6:8]))
+	if _, err := decode(f); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "0x02") {
+		t.Fatalf("check type 2: err = %v", err)
+	}
+}
+
 // breakCheck flips a bit in the check field of the first block.
 func breakCheck(t *testing.T, f []byte) []byte {
 	f = append([]byte{}, f...)
