@@ -73,6 +73,15 @@ func TestPagesServeAndSwitch(t *testing.T) {
 
 	pkg2, files2, total2 := sitePackage(t, map[string]string{"index.html": "pages v2 home", "docs/guide.html": "pages v2 guide"})
 	cp.SetPagesPackage(3, pkg2, files2, total2)
+	// While the switch happens, every answer is one release's file, whole:
+	// never a partly written file or an error.
+	testsupport.WaitFor(t, 30*time.Second, "the new release to serve", func() bool {
+		r := get("pages.test", "/docs/guide.html")
+		if r.status != 200 || r.body != "pages v1 guide" && r.body != "pages v2 guide" {
+			t.Fatalf("during the switch: %d %q", r.status, r.body)
+		}
+		return r.body == "pages v2 guide"
+	})
 	waitServes(t, "pages.test", "/", "pages v2 home")
 	// v2 has no stylesheet: the SPA fallback answers for it now.
 	if r := get("pages.test", "/assets/app.css"); r.body != "pages v2 home" {
