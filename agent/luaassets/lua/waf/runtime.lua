@@ -225,6 +225,13 @@ local function walk(group, req)
             handle = "next"
         elseif t == "ip_match" then
             handle = ip_match(config, req) and "true" or "false"
+        elseif t == "pow" then
+            -- "takeover": the PoW flow owns the request (DATAPLANE 6.1).
+            local result, err = require("pow.runtime").evaluate(config)
+            if result ~= "next" then
+                return result, err
+            end
+            handle = "next"
         else
             handle = UNSUPPORTED[t]
             if not handle then
