@@ -286,6 +286,9 @@ func TestPowFlow(t *testing.T) {
 		if sc := got.header.Get("Set-Cookie"); sc != "" {
 			t.Errorf("Set-Cookie %q on the challenge page", sc)
 		}
+		if cc := got.header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("Cache-Control %q on the challenge page, want no-store", cc)
+		}
 		if strings.Contains(got.body, "http://") || strings.Contains(got.body, "https://") {
 			t.Error("the page references an absolute URL")
 		}
@@ -307,7 +310,7 @@ func TestPowFlow(t *testing.T) {
 	t.Run("non-JS clients get the noscript page on every request", func(t *testing.T) {
 		before := r.originHits.Load()
 		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodGet} {
-			got := r.request(otherIP, method, "demo.test", "/form", nil)
+			got := send(t, otherIP, method, "http://127.0.0.1/form", "demo.test", nil, strings.NewReader("field=value"))
 			r.expectChallengePage(got)
 			if !strings.Contains(got.body, `<noscript><p class="pow-noscript">`) {
 				t.Errorf("%s: no noscript text", method)
@@ -345,7 +348,12 @@ func TestPowFlow(t *testing.T) {
 	t.Run("a session reaches the origin", func(t *testing.T) {
 		token := solveOn(t, r, "other.test", "/x")
 		before := r.originHits.Load()
-		r.expect(r.request(otherIP, http.MethodGet, "other.test", "/x", withCookie(token)), 200, "origin-ok", "")
+		got := r.request(otherIP, http.MethodGet, "other.test", "/x", withCookie(token))
+		r.expect(got, 200, "origin-ok", "")
+		// The sliding renewal reaches the client on a proxied answer too.
+		if renewed := sessionFrom(t, got, 600); renewed != token {
+			t.Errorf("renewed cookie %q, want %q", renewed, token)
+		}
 		r.expect(r.request(otherIP, http.MethodPost, "other.test", "/x", withCookie(token)), 200, "origin-ok", "")
 		if n := r.originHits.Load() - before; n != 2 {
 			t.Errorf("origin got %d requests, want 2", n)

@@ -92,6 +92,9 @@ local function page(lang, challenge)
     })
 end
 
+-- The page replaces whatever was asked for; a request body is dropped.
+ngx.req.discard_body()
+
 local args = ngx.req.get_uri_args()
 local cfg = config_from_request(args)
 if not cfg then
