@@ -151,3 +151,61 @@ func TestBenchDB(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLookupString is the general form of the country lookup: a tree
+// walk and the decoding of one path, without the per-record code cache of
+// Country.
+func BenchmarkLookupString(b *testing.B) {
+	r, addrs := benchReader(b)
+	for i, name := range []string{"IPv4", "IPv6", "IPv4-cold", "IPv6-cold"} {
+		b.Run(name, func(b *testing.B) {
+			ips := addrs[i%2]
+			if i < 2 {
+				ips = ips[:1000]
+			}
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				cc, ok, err := r.LookupString(ips[n%len(ips)], "country", "iso_code")
+				if err != nil || !ok || cc == "" {
+					b.Fatal(cc, ok, err)
+				}
+				n++
+			}
+		})
+	}
+}
+
+// BenchmarkNetworks walks the whole tree; networks/s is the figure the geo
+// snapshot compiler depends on.
+func BenchmarkNetworks(b *testing.B) {
+	r, _ := benchReader(b)
+	b.ReportAllocs()
+	total := 0
+	for b.Loop() {
+		if err := r.Networks(func(netip.Prefix, Offset) bool { total++; return true }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "networks/s")
+}
+
+// BenchmarkCountryNetworks is BenchmarkNetworks with the country and
+// subdivision codes of every network.
+func BenchmarkCountryNetworks(b *testing.B) {
+	r, _ := benchReader(b)
+	b.ReportAllocs()
+	total := 0
+	for b.Loop() {
+		if err := r.CountryNetworks(func(_ netip.Prefix, cc, _ string) bool {
+			if cc == "" {
+				b.Fatal("no country")
+			}
+			total++
+			return true
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "networks/s")
+}

@@ -91,6 +91,21 @@ func (s section) header(off int) (header, error) {
 	if uint(off) >= uint(len(s)) {
 		return header{}, errAt(off, "outside the %d-byte section", len(s))
 	}
+	// The common fields of GeoIP records, short strings and small maps,
+	// take the fast path; everything else is checked in full below.
+	if c := s[off]; c&0x1f < 29 {
+		size, pos := int(c&0x1f), off+1
+		switch kind(c >> 5) {
+		case kindString:
+			if size <= len(s)-pos {
+				return header{kind: kindString, size: size, start: pos}, nil
+			}
+		case kindMap:
+			if size <= (len(s)-pos)/2 {
+				return header{kind: kindMap, size: size, start: pos}, nil
+			}
+		}
+	}
 	ctrl := s[off]
 	pos := off + 1
 	k := kind(ctrl >> 5)
@@ -220,6 +235,30 @@ func (s section) resolve(off int) (header, error) {
 // key returns the map key at off (a string, possibly behind a pointer) and
 // the offset of the value that follows it.
 func (s section) key(off int) ([]byte, int, error) {
+	// Fast path: a short string, or a one- or two-byte pointer to one, as
+	// MaxMind's writer stores keys.
+	if uint(off) < uint(len(s)) {
+		c := s[off]
+		next, at := off, off
+		switch {
+		case c>>5 == byte(kindPointer) && c&0x18 == 0 && off+1 < len(s):
+			at, next = int(c&7)<<8|int(s[off+1]), off+2
+		case c>>5 == byte(kindPointer) && c&0x18 == 0x08 && off+2 < len(s):
+			at, next = (int(c&7)<<16|int(s[off+1])<<8|int(s[off+2]))+2048, off+3
+		}
+		if uint(at) < uint(len(s)) {
+			if t := s[at]; t>>5 == byte(kindString) && t&0x1f < 29 {
+				start := at + 1
+				end := start + int(t&0x1f)
+				if end <= len(s) {
+					if next == off {
+						next = end
+					}
+					return s[start:end], next, nil
+				}
+			}
+		}
+	}
 	h, err := s.header(off)
 	if err != nil {
 		return nil, 0, err
@@ -246,6 +285,36 @@ func (s section) skip(off int, budget *int) (int, error) {
 			return 0, errAt(off, "record has more than %d values", maxItems)
 		}
 		*budget--
+		// Fast path for the fields of GeoIP records: pointers, short
+		// strings, small maps and arrays and integers, whose only check
+		// needed here is that they end inside the section.
+		if uint(off) < uint(len(s)) {
+			c := s[off]
+			size := int(c & 0x1f)
+			switch kind(c >> 5) {
+			case kindPointer:
+				if n := off + 2 + int(c>>3&3); n <= len(s) {
+					off = n
+					continue
+				}
+			case kindString, kindBytes:
+				if size < 29 && off+1+size <= len(s) {
+					off += 1 + size
+					continue
+				}
+			case kindUint16, kindUint32:
+				if size <= 2<<(c>>5-byte(kindUint16)) && off+1+size <= len(s) {
+					off += 1 + size
+					continue
+				}
+			case kindMap:
+				if size < 29 && 2*size <= len(s)-off-1-(pending-1) {
+					pending += 2 * size
+					off++
+					continue
+				}
+			}
+		}
 		h, err := s.header(off)
 		if err != nil {
 			return 0, err
@@ -280,6 +349,11 @@ func (s section) mapValue(off int, key string, budget *int) (int, bool, error) {
 	if h.kind != kindMap {
 		return 0, false, errAt(off, "looking for %q in a %s, not a map", key, h.kind)
 	}
+	return s.mapLookup(h, key, budget)
+}
+
+// mapLookup is mapValue for the map with header h.
+func (s section) mapLookup(h header, key string, budget *int) (int, bool, error) {
 	pos := h.start
 	for range h.size {
 		k, next, err := s.key(pos)
@@ -296,12 +370,12 @@ func (s section) mapValue(off int, key string, budget *int) (int, bool, error) {
 	return 0, false, nil
 }
 
-// isoCode returns rec[field].iso_code in upper case, or "" when either key
-// is absent.
-func (s section) isoCode(rec int, field string, budget *int) (string, error) {
+// isoCode returns rec[field].iso_code as stored (nil when either key is
+// absent).
+func (s section) isoCode(rec int, field string, budget *int) ([]byte, error) {
 	off, ok, err := s.mapValue(rec, field, budget)
 	if err != nil || !ok {
-		return "", err
+		return nil, err
 	}
 	return s.isoOf(off, budget)
 }
@@ -323,23 +397,28 @@ func (s section) subdivisionCode(rec int, budget *int) (string, error) {
 	if h.size == 0 {
 		return "", nil
 	}
-	return s.isoOf(h.start, budget)
+	code, err := s.isoOf(h.start, budget)
+	if err != nil || code == nil {
+		return "", err
+	}
+	return isoString(code), nil
 }
 
-// isoOf returns the iso_code of the map at off.
-func (s section) isoOf(off int, budget *int) (string, error) {
+// isoOf returns the iso_code of the map at off as stored, or nil when it has
+// none.
+func (s section) isoOf(off int, budget *int) ([]byte, error) {
 	off, ok, err := s.mapValue(off, "iso_code", budget)
 	if err != nil || !ok {
-		return "", err
+		return nil, err
 	}
 	h, err := s.resolve(off)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if h.kind != kindString {
-		return "", errAt(off, "iso_code is a %s, not a string", h.kind)
+		return nil, errAt(off, "iso_code is a %s, not a string", h.kind)
 	}
-	return isoString(s[h.start:h.end()]), nil
+	return s[h.start:h.end():h.end()], nil
 }
 
 // decoder decodes values into Go values, or, with build false, only checks

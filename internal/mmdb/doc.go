@@ -31,9 +31,26 @@
 // A malformed file yields an error wrapping ErrInvalidDatabase that names the
 // problem and where it is; no input makes the package panic.
 //
-// Open reads the whole file into memory rather than mapping it. A mapping
-// would save RAM on the City database, but the updater replaces files on disk
-// and a file truncated underneath a mapping kills the process with SIGBUS,
-// and a 32-bit router has little address space to spare; a Country database
-// is a few MiB. Open refuses files larger than MaxFileSize.
+// Open maps the file read-only (golang.org/x/sys/unix) instead of reading it
+// into the heap: a City database is 60-70 MiB and a router may have 128 MiB in
+// all, so the agent's heap stays the same whatever the database size, and
+// the pages are shared with the page cache. Close unmaps. A mapped file must
+// never be truncated or rewritten in place (a read of a vanished page is a
+// SIGBUS): a new database is written beside the old one and renamed over it,
+// which leaves the old inode, and every mapping of it, intact. Strings
+// returned by the Reader never point into the mapping, so they outlive Close.
+//
+// The API has three levels:
+//
+//   - Country and CountryAndSubdivision, the WAF's lookups: a tree walk and
+//     the decoding of one path, with no allocation. The country code of each
+//     recently used record is cached (a direct-mapped table of atomic words,
+//     32 KiB), so a repeated client costs only the tree walk.
+//   - LookupString, LookupPath and LookupNetwork, for any path into a
+//     record ("country", "iso_code"; "subdivisions", "0", "iso_code"),
+//     decoding only the value named; short strings are interned.
+//   - Networks and CountryNetworks, a walk of the whole tree that yields every
+//     network with the offset of its record (or its codes), for compiling
+//     the data plane's geo snapshot; Decode, DecodePath, StringAt and CodesAt
+//     read a record by offset.
 package mmdb

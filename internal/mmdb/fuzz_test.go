@@ -2,6 +2,7 @@ package mmdb
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -22,7 +23,10 @@ var fuzzAddrs = []netip.Addr{
 	mustAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
 }
 
-func FuzzReader(f *testing.F) {
+// FuzzOpen gives the reader arbitrary files, starting from valid databases
+// of several shapes: nothing may panic, hang or allocate without bound, and
+// a small database that Verify accepts must answer every lookup.
+func FuzzOpen(f *testing.F) {
 	f.Add(smallDB(f))
 	for _, o := range []writerOptions{
 		{ipVersion: 4, recordSize: 24, dedup: true},
@@ -44,6 +48,48 @@ func FuzzReader(f *testing.F) {
 			if _, err := r.Lookup(ip); err != nil {
 				t.Fatalf("Verify passed but Lookup(%s) failed: %v", ip, err)
 			}
+		}
+	})
+}
+
+// FuzzLookup looks up arbitrary addresses and paths in arbitrary files.
+func FuzzLookup(f *testing.F) {
+	for _, o := range []writerOptions{
+		{ipVersion: 4, recordSize: 28, dedup: true},
+		{ipVersion: 6, recordSize: 24, dedup: true, aliasIPv4: true},
+	} {
+		db := buildDB(f, o, testNetworks(o.ipVersion == 6))
+		f.Add(db, []byte{1, 2, 3, 4}, "country/iso_code")
+		f.Add(db, mustAddr("2001:db8::1").AsSlice(), "subdivisions/-1/names/ja")
+		f.Add(db, []byte{192, 168, 1, 1}, "array/2/0")
+	}
+	f.Add(smallDB(f), []byte{1, 2, 3, 4}, "")
+	f.Fuzz(func(t *testing.T, db, addr []byte, path string) {
+		r, err := FromBytes(db)
+		if err != nil {
+			return
+		}
+		ip, ok := netip.AddrFromSlice(addr)
+		if !ok {
+			return
+		}
+		var p []string
+		if path != "" {
+			p = strings.Split(path, "/")
+		}
+		r.LookupString(ip, p...)
+		r.LookupPath(ip, p...)
+		r.Country(ip)
+		r.CountryAndSubdivision(ip)
+		if _, off, ok, err := r.LookupNetwork(ip); ok && err == nil {
+			r.DecodePath(off, p...)
+			r.StringAt(off, p...)
+		}
+		// Lookups at arbitrary offsets of the data section.
+		for _, b := range addr {
+			off := Offset(b) * Offset(len(addr))
+			r.DecodePath(off, p...)
+			r.CodesAt(off)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package mmdb
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,24 @@ func exercise(b []byte) (*Reader, error) {
 		r.Lookup(ip)
 		r.Country(ip)
 		r.CountryAndSubdivision(ip)
+		r.LookupString(ip, "country", "iso_code")
+		r.LookupString(ip, "subdivisions", "-1", "names", "en")
+		r.LookupPath(ip, "city")
+		if _, off, ok, err := r.LookupNetwork(ip); ok && err == nil {
+			r.Decode(off)
+			r.CodesAt(off)
+		}
 	}
+	// Bounded, since a valid tree of a small file can still hold many
+	// networks.
+	n := 0
+	r.Networks(func(_ netip.Prefix, off Offset) bool {
+		r.StringAt(off, "country", "iso_code")
+		n++
+		return n < 1000
+	})
+	n = 0
+	r.CountryNetworks(func(netip.Prefix, string, string) bool { n++; return n < 1000 })
 	return r, verr
 }
 

@@ -3,19 +3,27 @@ package mmdb
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
-// MaxFileSize is the largest file Open reads. GeoLite2 City is about 70 MiB;
-// the cap keeps a wrong or hostile download from exhausting a router's RAM.
+// MaxFileSize is the largest file Open maps. GeoLite2 City is about 70 MiB;
+// the cap keeps a wrong download from using up the address space of a
+// 32-bit router.
 const MaxFileSize = 256 << 20
 
 // ErrInvalidDatabase is wrapped by every error caused by the contents of the
 // file (as opposed to I/O errors or invalid arguments).
 var ErrInvalidDatabase = errors.New("mmdb: invalid database")
+
+// ErrClosed is returned by lookups on a Reader after Close.
+var ErrClosed = errors.New("mmdb: reader is closed")
 
 // corrupt returns an error wrapping ErrInvalidDatabase.
 func corrupt(format string, args ...any) error {
@@ -41,11 +49,29 @@ type Reader struct {
 	// from the root of an IPv6 tree: IPv4 lookups start there (the spec's
 	// "IPv4 start node"). It is 0, the root, in an IPv4 tree.
 	ipv4Start uint32
+	// ipv4Depth is how many bits the walk to ipv4Start consumed: 96, or
+	// fewer when it ended early at a data or "no data" record.
+	ipv4Depth int
+
+	// codes remembers the country code of recently used records.
+	codes codeCache
+
+	// mapping is the memory mapping Open made, unmapped by Close; nil for
+	// a Reader from FromBytes.
+	mapping []byte
+	closed  atomic.Bool
+	closeMu sync.Mutex
 }
 
-// Open reads the database at path into memory and validates its metadata;
-// call Verify as well before trusting a newly downloaded file. See the
-// package documentation for why it does not memory-map the file.
+// Open maps the database at path read-only and validates its metadata; call
+// Verify as well before trusting a newly downloaded file. The file's pages
+// are shared with the page cache rather than copied to the heap, so the
+// agent's heap does not grow with the database. Close unmaps it.
+//
+// The file must not be truncated or rewritten in place while it is mapped (a
+// read of a page cut off from the file kills the process with SIGBUS):
+// replace a database by writing a new file and renaming it over the old one,
+// which leaves the old inode, and this mapping, intact.
 func Open(path string) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -59,24 +85,43 @@ func Open(path string) (*Reader, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("mmdb: %s is not a regular file", path)
 	}
-	if st.Size() > MaxFileSize {
-		return nil, fmt.Errorf("mmdb: %s is %d bytes, more than the %d-byte limit", path, st.Size(), MaxFileSize)
+	size := st.Size()
+	if size > MaxFileSize {
+		return nil, fmt.Errorf("mmdb: %s is %d bytes, more than the %d-byte limit", path, size, MaxFileSize)
 	}
-	buf := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, buf); err != nil {
-		return nil, fmt.Errorf("mmdb: reading %s: %w", path, err)
+	if size == 0 {
+		// mmap refuses an empty mapping.
+		return nil, fmt.Errorf("%s: %w", path, corrupt("empty file"))
 	}
-	// A file that grew while it was read is being rewritten: its tail,
-	// where the metadata lives, cannot be trusted.
-	var extra [1]byte
-	if n, _ := f.Read(extra[:]); n != 0 {
-		return nil, fmt.Errorf("mmdb: %s grew while it was being read", path)
-	}
-	r, err := FromBytes(buf)
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
+		return nil, fmt.Errorf("mmdb: mapping %s: %w", path, err)
+	}
+	r, err := FromBytes(m)
+	if err != nil {
+		unix.Munmap(m)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	r.mapping = m
 	return r, nil
+}
+
+// Close unmaps the file of a Reader from Open; it does nothing for one from
+// FromBytes. Lookups after Close return ErrClosed. Close must not run while
+// lookups, walks or Verify on r are still in progress, and strings returned
+// earlier stay valid (none of them points into the mapping).
+func (r *Reader) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.closed.Swap(true) || r.mapping == nil {
+		return nil
+	}
+	m := r.mapping
+	r.mapping = nil
+	if err := unix.Munmap(m); err != nil {
+		return fmt.Errorf("mmdb: unmapping: %w", err)
+	}
+	return nil
 }
 
 // FromBytes returns a Reader over b after validating the metadata and the
@@ -118,8 +163,9 @@ func FromBytes(b []byte) (*Reader, error) {
 		data:       section(b[treeSize+16 : markerAt]),
 		nodeCount:  uint32(nodes),
 		recordSize: int(meta.RecordSize),
+		codes:      newCodeCache(),
 	}
-	r.ipv4Start = r.findIPv4Start()
+	r.ipv4Start, r.ipv4Depth = r.findIPv4Start()
 	return r, nil
 }
 
@@ -138,14 +184,15 @@ func (r *Reader) Metadata() Metadata {
 
 // Country returns country.iso_code of the record for ip, in upper case, or ""
 // when the database has no record (or no country) for ip. An IPv6 address
-// has no record in an IPv4-only database.
+// has no record in an IPv4-only database. It allocates nothing: two-letter
+// codes are slices of a constant string, and the answer for each record is
+// remembered (see codeCache).
 func (r *Reader) Country(ip netip.Addr) (string, error) {
 	off, ok, err := r.find(ip)
 	if err != nil || !ok {
 		return "", err
 	}
-	budget := maxItems
-	code, err := r.data.isoCode(off, "country", &budget)
+	code, err := r.countryAt(off)
 	if err != nil {
 		return "", invalid("country of "+ip.String(), err)
 	}
@@ -160,14 +207,41 @@ func (r *Reader) CountryAndSubdivision(ip netip.Addr) (country, subdivision stri
 	if err != nil || !ok {
 		return "", "", err
 	}
-	budget := maxItems
-	if country, err = r.data.isoCode(off, "country", &budget); err != nil {
-		return "", "", invalid("country of "+ip.String(), err)
-	}
-	if subdivision, err = r.data.subdivisionCode(off, &budget); err != nil {
-		return "", "", invalid("subdivision of "+ip.String(), err)
+	if country, subdivision, err = r.codesAt(off); err != nil {
+		return "", "", invalid("codes of "+ip.String(), err)
 	}
 	return country, subdivision, nil
+}
+
+// codesAt returns the upper-case country and subdivision codes of the record
+// at off.
+func (r *Reader) codesAt(off int) (country, subdivision string, err error) {
+	if country, err = r.countryAt(off); err != nil {
+		return "", "", err
+	}
+	budget := maxItems
+	if subdivision, err = r.data.subdivisionCode(off, &budget); err != nil {
+		return "", "", err
+	}
+	return country, subdivision, nil
+}
+
+// countryAt returns the upper-case country code of the record at off,
+// through the cache.
+func (r *Reader) countryAt(off int) (string, error) {
+	if code, ok := r.codes.get(off); ok {
+		return code, nil
+	}
+	budget := maxItems
+	code, err := r.data.isoCode(off, "country", &budget)
+	if err != nil {
+		return "", err
+	}
+	r.codes.put(off, code)
+	if code == nil {
+		return "", nil
+	}
+	return isoString(code), nil
 }
 
 // Lookup decodes the whole record for ip into map[string]any, []any, string,
@@ -208,6 +282,18 @@ func isoString(p []byte) string {
 		if x >= 'A' && x <= 'Z' && y >= 'A' && y <= 'Z' {
 			i := (int(x-'A')*26 + int(y-'A')) * 2
 			return upperPairs[i : i+2]
+		}
+	}
+	if len(p) <= maxIntern {
+		var u [maxIntern]byte
+		for i, c := range p {
+			if c >= 'a' && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			u[i] = c
+		}
+		if utf8.Valid(u[:len(p)]) {
+			return intern(u[:len(p)])
 		}
 	}
 	return strings.ToUpper(string(p))

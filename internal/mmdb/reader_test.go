@@ -247,7 +247,7 @@ func variants() []writerOptions {
 			vs = append(vs,
 				writerOptions{ipVersion: 4, recordSize: size, dedup: dedup},
 				writerOptions{ipVersion: 6, recordSize: size, dedup: dedup},
-				writerOptions{ipVersion: 6, recordSize: size, dedup: dedup, aliasIPv4: true},
+				writerOptions{ipVersion: 6, recordSize: size, dedup: dedup, aliasIPv4: true, breadthFirst: size == 24},
 			)
 		}
 	}
@@ -255,7 +255,7 @@ func variants() []writerOptions {
 }
 
 func (o writerOptions) String() string {
-	return fmt.Sprintf("v%d-rs%d-dedup=%v-alias=%v", o.ipVersion, o.recordSize, o.dedup, o.aliasIPv4)
+	return fmt.Sprintf("v%d-rs%d-dedup=%v-alias=%v-bfs=%v", o.ipVersion, o.recordSize, o.dedup, o.aliasIPv4, o.breadthFirst)
 }
 
 func TestLookups(t *testing.T) {

@@ -32,6 +32,9 @@ const (
 // Its cost is linear in the size of the tree plus a bounded amount of
 // decoding, and it allocates one byte per node.
 func (r *Reader) Verify() error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
 	var zero [16]byte
 	if !bytes.Equal(r.separator, zero[:]) {
 		return corrupt("the 16 bytes after the search tree are not all zero")

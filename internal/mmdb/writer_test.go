@@ -40,6 +40,9 @@ type writerOptions struct {
 	dedup bool
 	// meta edits the metadata map before it is encoded.
 	meta func(map[string]any)
+	// breadthFirst numbers the nodes level by level rather than depth
+	// first: a layout with poor locality, which lookups must not mind.
+	breadthFirst bool
 }
 
 // trie nodes hold two slots, each nil (no data), a *trieNode or a *leaf.
@@ -113,16 +116,38 @@ func buildDB(t testing.TB, o writerOptions, nets []network) []byte {
 		n.kids[b] = v4
 	}
 
-	// Number the nodes breadth first; shared subtrees get one number.
+	// Number the nodes depth first (preorder), as MaxMind's writers do, so
+	// that a subtree's nodes lie together in the file; o.breadthFirst
+	// numbers them level by level instead. Shared subtrees get one number.
 	ids := map[*trieNode]uint32{root: 0}
 	order := []*trieNode{root}
-	for i := 0; i < len(order); i++ {
-		for _, k := range order[i].kids {
-			if c, ok := k.(*trieNode); ok {
-				if _, seen := ids[c]; !seen {
-					ids[c] = uint32(len(order))
-					order = append(order, c)
+	if o.breadthFirst {
+		for i := 0; i < len(order); i++ {
+			for _, k := range order[i].kids {
+				if c, ok := k.(*trieNode); ok {
+					if _, seen := ids[c]; !seen {
+						ids[c] = uint32(len(order))
+						order = append(order, c)
+					}
 				}
+			}
+		}
+	} else {
+		stack := []*trieNode{root}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			for i := 1; i >= 0; i-- {
+				if c, ok := n.kids[i].(*trieNode); ok {
+					if _, seen := ids[c]; !seen {
+						ids[c] = 0 // numbered when popped
+						stack = append(stack, c)
+					}
+				}
+			}
+			if n != root {
+				ids[n] = uint32(len(order))
+				order = append(order, n)
 			}
 		}
 	}
