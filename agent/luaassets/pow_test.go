@@ -657,3 +657,55 @@ console.log(JSON.stringify(results));
 		}
 	}
 }
+
+// DATAPLANE 2.7: the runtime-only whitelist and blacklist of hand-written
+// configs ("paths" as a case-insensitive glob).
+func TestPowLists(t *testing.T) {
+	r := newRig(t)
+	white := powConfig(4, 600, 300)
+	white["whitelist"] = obj{
+		"ips":          []string{"127.0.0.21"},
+		"ip_cidrs":     []string{"127.0.1.0/24"},
+		"paths":        []string{"/Public/*.css", "/health"},
+		"path_regexes": []string{"^/api/v[0-9]+/"},
+		"user_agents":  []string{"HealthChecker/"},
+	}
+	black := powConfig(4, 600, 300)
+	black["blacklist"] = obj{"paths": []string{"/admin*"}, "user_agents": []string{""}}
+	r.writeWAF(obj{
+		"rule_groups": []obj{group(2, false, powGraph(white)), group(3, false, powGraph(black))},
+		"bindings":    []obj{binding("white", 2), binding("black", 3)},
+	})
+	r.start(r.powServer("white.test", "white") + r.powServer("black.test", "black"))
+	for _, c := range []struct {
+		from, host, path, ua string
+		origin               bool
+	}{
+		{otherIP, "white.test", "/", "", false},
+		{"127.0.0.21", "white.test", "/", "", true},
+		{"127.0.1.9", "white.test", "/", "", true},
+		{"127.0.2.9", "white.test", "/", "", false},
+		{otherIP, "white.test", "/public/a/b.CSS", "", true},
+		{otherIP, "white.test", "/public/a.css.map", "", false},
+		{otherIP, "white.test", "/health", "", true},
+		{otherIP, "white.test", "/healthz", "", false},
+		{otherIP, "white.test", "/api/v2/x", "", true},
+		{otherIP, "white.test", "/x/api/v2/", "", false},
+		{otherIP, "white.test", "/", "Mozilla HealthChecker/1.0", true},
+		{otherIP, "white.test", "/", "healthchecker/1.0", false},
+		{otherIP, "black.test", "/", "", true},
+		{otherIP, "black.test", "/ADMIN/users", "", false},
+		{otherIP, "black.test", "/administrator", "", false},
+	} {
+		h := http.Header{}
+		if c.ua != "" {
+			h.Set("User-Agent", c.ua)
+		}
+		got := r.request(c.from, http.MethodGet, c.host, c.path, h)
+		if c.origin {
+			r.expect(got, 200, "origin-ok", "")
+		} else if !strings.Contains(got.body, `id="anubis_challenge"`) {
+			t.Errorf("%s %s%s UA %q: got %d %q, want the challenge page", c.from, c.host, c.path, c.ua, got.status, got.body)
+		}
+	}
+}

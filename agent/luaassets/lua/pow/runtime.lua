@@ -18,7 +18,7 @@ local ngx = ngx
 local byte = string.byte
 local find = string.find
 local floor = math.floor
-local format = string.format
+local ipairs = ipairs
 local lower = string.lower
 local pcall = pcall
 local sub = string.sub
@@ -292,6 +292,94 @@ function _M.texts(lang)
 end
 
 -- ---------------------------------------------------------------------------
+-- Runtime-only whitelist / blacklist (DATAPLANE 2.7). The server cannot emit
+-- them; hand-written configs may carry them. "paths" is a case-insensitive
+-- full match of $uri with "*" as a wildcard.
+
+local function ipv4(s)
+    local a, b, c, d = (s or ""):match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+    a, b, c, d = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+    if not a or a > 255 or b > 255 or c > 255 or d > 255 then
+        return nil
+    end
+    return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function in_cidr(addr, cidr)
+    local net, bits = cidr:match("^([%d.]+)/(%d+)$")
+    local base = ipv4(net)
+    bits = tonumber(bits)
+    if not base or not bits or bits > 32 then
+        return false
+    end
+    local size = 2 ^ (32 - bits)
+    return floor(addr / size) == floor(base / size)
+end
+
+local function glob_match(pattern, s)
+    local lp = "^" .. lower(pattern):gsub("[%^%$%(%)%%%.%[%]%+%-%?]", "%%%0"):gsub("%*", ".*") .. "$"
+    return find(lower(s), lp) ~= nil
+end
+
+local function strings_of(list)
+    if type(list) ~= "table" then
+        return {}
+    end
+    local out = {}
+    for _, v in ipairs(list) do
+        if type(v) == "string" and v ~= "" then
+            out[#out + 1] = v
+        end
+    end
+    return out
+end
+
+-- Returns whether the request matches any entry, and the number of entries.
+local function list_match(spec)
+    if type(spec) ~= "table" then
+        return false, 0
+    end
+    local n = 0
+    local matched = false
+    local remote = ngx.var.remote_addr or ""
+    local uri = ngx.var.uri or ""
+    local ua = ngx.var.http_user_agent or ""
+    for _, ip in ipairs(strings_of(spec.ips)) do
+        n = n + 1
+        matched = matched or ip == remote
+    end
+    local addr = ipv4(remote)
+    for _, cidr in ipairs(strings_of(spec.ip_cidrs)) do
+        n = n + 1
+        matched = matched or (addr ~= nil and in_cidr(addr, cidr))
+    end
+    for _, p in ipairs(strings_of(spec.paths)) do
+        n = n + 1
+        matched = matched or glob_match(p, uri)
+    end
+    for _, re in ipairs(strings_of(spec.path_regexes)) do
+        n = n + 1
+        matched = matched or ngx.re.find(uri, re, "jo") ~= nil
+    end
+    for _, s in ipairs(strings_of(spec.user_agents)) do
+        n = n + 1
+        matched = matched or find(ua, s, 1, true) ~= nil
+    end
+    return matched, n
+end
+
+local function listed_satisfied(config)
+    if type(config) ~= "table" then
+        return false
+    end
+    if list_match(config.whitelist) then
+        return true
+    end
+    local matched, n = list_match(config.blacklist)
+    return n > 0 and not matched
+end
+
+-- ---------------------------------------------------------------------------
 -- Trigger
 
 local function starts_with(s, prefix)
@@ -336,6 +424,9 @@ end
 function _M.evaluate(config)
     local host = ngx.var.host
     if not host or host == "" then
+        return "next"
+    end
+    if listed_satisfied(config) then
         return "next"
     end
     local ok, err = _M.crypto_ready()
