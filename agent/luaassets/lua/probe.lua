@@ -19,6 +19,7 @@ local LUA_FILES = {
     "pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
     "sw/challenge.lua", "sw/runtime.lua",
     "waf/check.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/runtime.lua",
+    "waf/security.lua", "waf/ua.lua",
 }
 
 -- Files read at request time that exist only when a feature is on: a

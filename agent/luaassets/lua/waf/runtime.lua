@@ -12,6 +12,8 @@
 local cjson = require("cjson.safe")
 local ipmatch = require("waf.ipmatch")
 local ip_groups = require("waf.ip_groups")
+local ua = require("waf.ua")
+local security = require("waf.security")
 
 local ngx = ngx
 local find = string.find
@@ -42,8 +44,6 @@ local POW_STATIC_PREFIX = "/.within.website/x/cmd/anubis/static/"
 -- pow continues as if the challenge were solved.
 local UNSUPPORTED = {
     geo_match = "false",
-    ua_check = "true",
-    security_check = "true",
     pow = "next",
 }
 
@@ -138,8 +138,41 @@ local function load_rules()
     return prepare(doc)
 end
 
+-- Compiles every ua_check/security_check node of the groups that can run,
+-- once per worker when the rules load. A node that does not compile (an
+-- invalid custom PCRE) is logged here and fails closed when a request
+-- reaches it.
+local function compile_checks(prepared)
+    local seen = {}
+    local function compile_group(g)
+        local nodes = not seen[g] and type(g.graph) == "table" and g.graph.nodes
+        seen[g] = true
+        if type(nodes) ~= "table" then
+            return
+        end
+        for id, node in pairs(nodes) do
+            local m = type(node) == "table" and (node.type == "ua_check" and ua or node.type == "security_check" and security)
+            if m and type(node.config) == "table" then
+                local c = m.compile(node.config)
+                if c.err then
+                    ngx.log(ngx.ERR, "openflare waf rule group ", g.id, " node ", tostring(id), ": ", c.err)
+                end
+            end
+        end
+    end
+    for _, g in ipairs(prepared.globals) do
+        compile_group(g)
+    end
+    for _, chain in pairs(prepared.chains) do
+        for _, g in ipairs(chain) do
+            compile_group(g)
+        end
+    end
+end
+
 local function init()
     local prepared = load_rules()
+    compile_checks(prepared)
     local ok, err = ip_groups.start()
     if not ok then
         error(err, 0)
@@ -232,6 +265,12 @@ local function walk(group, req)
                 return result, err
             end
             handle = "next"
+        elseif t == "ua_check" or t == "security_check" then
+            local pass, err = (t == "ua_check" and ua or security).check(config)
+            if pass == nil then
+                return "error", "rule group " .. group.id .. ": node " .. cur .. ": " .. tostring(err)
+            end
+            handle = pass and "true" or "false"
         else
             handle = UNSUPPORTED[t]
             if not handle then

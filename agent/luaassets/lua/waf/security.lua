@@ -1,0 +1,490 @@
+-- security_check node (DATAPLANE 2.6): is the request free of the attack
+-- signatures its enabled flags name?
+--
+-- Matching is one pass per normalised input string: compile(config) builds
+-- (once per worker and distinct flag set, shared between nodes) one
+-- Aho-Corasick automaton per input set (PATH, QUERY, HDR, BODY and its
+-- multipart/XML variants) over every enabled flag's tokens, as a dense
+-- table of byte-class transitions in FFI memory. Scanning a string costs
+-- one table step per byte, whatever the number of flags and tokens.
+-- All tokens are lower-case and the inputs are lower-cased, so this is a
+-- plain substring search. The few documented non-literal rules
+-- (sleep(<digit>, javascript: in context, the first eval() are tokens with
+-- a small check of the bytes around the match.
+
+local ffi = require("ffi")
+
+local ngx = ngx
+local byte = string.byte
+local char = string.char
+local find = string.find
+local gsub = string.gsub
+local lower = string.lower
+local sub = string.sub
+local concat = table.concat
+local ipairs = ipairs
+local pairs = pairs
+local setmetatable = setmetatable
+local tonumber = tonumber
+local type = type
+
+local _M = {}
+
+local MAX_ARGS = 100
+local MAX_BODY = 65536
+
+-- Bytes PCRE's \s accepts: tab, LF, VT, FF, CR, space.
+local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
+
+-- Index of the first byte at or after i that is not white space.
+local function skip_space(s, i)
+    while SPACE[byte(s, i)] do
+        i = i + 1
+    end
+    return i
+end
+
+-- Token checks: called with the string and the index of the token's last
+-- byte; true means a hit.
+
+-- sleep( / benchmark( followed by optional white space and a digit.
+local function then_digit(s, i)
+    local b = byte(s, skip_space(s, i + 1))
+    return b ~= nil and b >= 48 and b <= 57
+end
+
+local QUOTE_OR_PAREN = { [34] = true, [39] = true, [96] = true, [40] = true } -- " ' ` (
+local JS_BEFORE = { [61] = true, [34] = true, [39] = true, [40] = true, [60] = true, [59] = true, [44] = true } -- = " ' ( < ; ,
+
+local function at(s, i, word)
+    return sub(s, i, i + #word - 1) == word
+end
+
+-- javascript: at the start or after = " ' ( < ; , then optional white space
+-- and a quote, backtick or "(", or alert( / void( / eval( (white space
+-- allowed before "("), or window. / document.
+local function javascript(s, i)
+    local start = i - 10 -- #"javascript:" == 11
+    if start > 1 and not JS_BEFORE[byte(s, start - 1)] then
+        return false
+    end
+    local j = skip_space(s, i + 1)
+    if QUOTE_OR_PAREN[byte(s, j)] then
+        return true
+    end
+    for _, w in ipairs({ "alert", "void", "eval" }) do
+        if at(s, j, w) then
+            return byte(s, skip_space(s, j + #w)) == 40
+        end
+    end
+    return at(s, j, "window.") or at(s, j, "document.")
+end
+
+-- eval( followed by optional white space and a quote, backtick or "(";
+-- the scanner calls it for the first eval( of a string only.
+local function eval_call(s, i)
+    return QUOTE_OR_PAREN[byte(s, skip_space(s, i + 1))] == true
+end
+
+-- Flags in check order: name, the input sets searched, the literal tokens
+-- and the tokens with a check.
+local FLAGS = {
+    {
+        name = "path_traversal",
+        sets = { PATH = true, QUERY = true, BODY = true },
+        tokens = { "../", "..\\", "..%2f", "..%5c", "%2e%2e/", "%2e%2e\\", "%252e%252e", "....//", "/etc/passwd" },
+    },
+    {
+        name = "file_inclusion",
+        sets = { PATH = true, QUERY = true, BODY = true },
+        tokens = { "php://", "file://", "zip://", "data://text", "expect://", "/etc/passwd", "/proc/self", "%00" },
+    },
+    {
+        name = "sql_injection",
+        sets = { QUERY = true, HDR = true, BODY = true },
+        tokens = { "union select", " or 1=1", "' or '", "\" or \"", "information_schema", "xp_cmdshell", "load_file(",
+            " into outfile", "/**/", "/*!", "*/--", "@@version" },
+        checked = { { "sleep(", then_digit }, { "benchmark(", then_digit } },
+    },
+    {
+        name = "command_injection",
+        sets = { QUERY = true, HDR = true, BODY = true },
+        tokens = { ";wget", ";curl", ";bash", ";sh ", "|bash", "|sh ", "|sh\t", "`id`", "$(id)", "&&wget", "&&curl",
+            "&&bash", "&&sh ", "||wget", "||curl", "||bash", "/bin/sh ", "/bin/bash ", "cmd.exe /c", "powershell -",
+            "powershell.exe" },
+    },
+    {
+        name = "xss",
+        sets = { QUERY = true, HDR = true, BODY = true },
+        tokens = { "<script", "<iframe", "onerror=", "onload=", "onmouseover=", "document.cookie" },
+        checked = { { "javascript:", javascript }, { "eval(", eval_call } },
+    },
+    {
+        name = "ssrf",
+        sets = { QUERY = true, HDR = true, BODY = true },
+        tokens = { "http://127.0.0.1", "https://127.0.0.1", "http://localhost", "https://localhost", "http://0.0.0.0",
+            "https://0.0.0.0", "http://[::1]", "https://[::1]", "://169.254.", "169.254.169.254", "metadata.google",
+            "file://", "gopher://", "dict://" },
+    },
+    {
+        name = "crlf_injection",
+        sets = { QUERY = true, HDR = true, BODY = true },
+        tokens = { "%0d%0a", "\r\n" },
+    },
+    {
+        name = "malicious_upload",
+        sets = { UPLOAD = true },
+        tokens = { ".php.", ".jsp.", ".asp.", ".aspx.", ".phtml", ".phar", "application/x-php", "application/x-httpd-php" },
+    },
+    {
+        name = "xxe",
+        sets = { XML = true },
+        tokens = { "<!entity", " system \"", " system '", "file://" },
+    },
+}
+
+_M.FLAGS = {}
+for i, f in ipairs(FLAGS) do
+    _M.FLAGS[i] = f.name
+end
+
+-- Builds the automaton for entries { {token, check|false}... }.
+local function build_scanner(entries)
+    -- Byte classes: one per byte used by a token, 0 for every other byte.
+    local cls = ffi.new("uint8_t[256]")
+    local ncls = 1
+    for _, e in ipairs(entries) do
+        for k = 1, #e[1] do
+            local b = byte(e[1], k)
+            if cls[b] == 0 then
+                cls[b] = ncls
+                ncls = ncls + 1
+            end
+        end
+    end
+
+    -- Trie. hit[state]: a literal token ends here (or at a suffix);
+    -- checks[state]: the checks of checked tokens ending here.
+    local trie, hit, checks = { [0] = {} }, {}, {}
+    local nstates = 1
+    for _, e in ipairs(entries) do
+        local st = 0
+        for k = 1, #e[1] do
+            local c = cls[byte(e[1], k)]
+            local nx = trie[st][c]
+            if not nx then
+                nx = nstates
+                nstates = nstates + 1
+                trie[nx] = {}
+                trie[st][c] = nx
+            end
+            st = nx
+        end
+        if e[2] then
+            checks[st] = checks[st] or {}
+            checks[st][#checks[st] + 1] = e[2]
+        else
+            hit[st] = true
+        end
+    end
+
+    -- Breadth-first: failure links, then the full transition table. A
+    -- state inherits the outputs of its failure state (a shorter suffix).
+    local delta = {}
+    local fail = { [0] = 0 }
+    local order = {}
+    local queue, head = { 0 }, 1
+    while queue[head] do
+        local st = queue[head]
+        head = head + 1
+        order[#order + 1] = st
+        if st ~= 0 then
+            local f = fail[st]
+            if hit[f] then
+                hit[st] = true
+            end
+            if checks[f] then
+                local merged = {}
+                for _, fn in ipairs(checks[st] or {}) do
+                    merged[#merged + 1] = fn
+                end
+                for _, fn in ipairs(checks[f]) do
+                    merged[#merged + 1] = fn
+                end
+                checks[st] = merged
+            end
+        end
+        local row = st * ncls
+        for c = 0, ncls - 1 do
+            local nx = trie[st][c]
+            if nx then
+                fail[nx] = st == 0 and 0 or delta[fail[st] * ncls + c]
+                delta[row + c] = nx
+                queue[#queue + 1] = nx
+            else
+                delta[row + c] = st == 0 and 0 or delta[fail[st] * ncls + c]
+            end
+        end
+    end
+
+    -- Renumber: states without output first, then the accepting ones, and
+    -- store each transition as the target's row offset, so a scan step is
+    -- one load and "accepting?" one comparison.
+    local num, n, first_accept = {}, 0, nil
+    for pass = 1, 2 do
+        for _, st in ipairs(order) do
+            local accepting = hit[st] == true or checks[st] ~= nil
+            if accepting == (pass == 2) then
+                num[st] = n
+                n = n + 1
+            end
+        end
+        if pass == 1 then
+            first_accept = n * ncls
+        end
+    end
+    local ctype = nstates * ncls <= 65536 and "uint16_t[?]" or "uint32_t[?]"
+    local table_ = ffi.new(ctype, nstates * ncls)
+    local out = {}
+    for _, st in ipairs(order) do
+        local row = num[st] * ncls
+        for c = 0, ncls - 1 do
+            table_[row + c] = num[delta[st * ncls + c]] * ncls
+        end
+        if hit[st] then
+            out[row] = true
+        elseif checks[st] then
+            out[row] = checks[st]
+        end
+    end
+    return { cls = cls, delta = table_, first_accept = first_accept, out = out, states = nstates }
+end
+
+-- True when s contains a token of the scanner.
+local function scan(sc, s)
+    local cls, delta, first_accept = sc.cls, sc.delta, sc.first_accept
+    local row = 0
+    local eval_seen = false
+    for i = 1, #s do
+        row = delta[row + cls[byte(s, i)]]
+        if row >= first_accept then
+            local o = sc.out[row]
+            if o == true then
+                return true
+            end
+            for _, fn in ipairs(o) do
+                if fn == eval_call then
+                    -- Only the first eval( of the string is looked at.
+                    if not eval_seen then
+                        eval_seen = true
+                        if fn(s, i) then
+                            return true
+                        end
+                    end
+                elseif fn(s, i) then
+                    return true
+                end
+            end
+        end
+    end
+    return false
+end
+
+-- The runtime accepts true, 1, "true" and "1" as "on".
+local function flag_on(v)
+    return v == true or v == 1 or v == "true" or v == "1"
+end
+
+-- Automata shared by every node with the same flags, per input set.
+local scanners = {}
+
+-- The scanner for the enabled flags that search any of the given input
+-- sets, or nil when none does.
+local function scanner(enabled, ...)
+    local wanted = { ... }
+    local entries, names = {}, {}
+    for _, f in ipairs(enabled) do
+        local used = false
+        for _, set in ipairs(wanted) do
+            used = used or f.sets[set] == true
+        end
+        if used then
+            names[#names + 1] = f.name
+            for _, tok in ipairs(f.tokens) do
+                entries[#entries + 1] = { tok, false }
+            end
+            for _, ck in ipairs(f.checked or {}) do
+                entries[#entries + 1] = { ck[1], ck[2] }
+            end
+        end
+    end
+    if #entries == 0 then
+        return nil
+    end
+    local key = concat(names, ",")
+    local sc = scanners[key]
+    if not sc then
+        sc = build_scanner(entries)
+        scanners[key] = sc
+    end
+    return sc
+end
+
+local compiled = setmetatable({}, { __mode = "k" })
+
+-- Compiles one node config into its scanners. Returns the checker.
+function _M.compile(config)
+    local c = compiled[config]
+    if c then
+        return c
+    end
+    local enabled = {}
+    for _, f in ipairs(FLAGS) do
+        if flag_on(config[f.name]) then
+            enabled[#enabled + 1] = f
+        end
+    end
+    c = { any = #enabled > 0 }
+    if c.any then
+        c.path = scanner(enabled, "PATH")
+        c.query = scanner(enabled, "QUERY")
+        c.hdr = scanner(enabled, "HDR")
+        -- The body scanner depends on the request's Content-Type: base,
+        -- plus upload tokens (multipart), plus XXE tokens (XML), or both.
+        c.body = {
+            [0] = scanner(enabled, "BODY"),
+            [1] = scanner(enabled, "BODY", "UPLOAD"),
+            [2] = scanner(enabled, "BODY", "XML"),
+            [3] = scanner(enabled, "BODY", "UPLOAD", "XML"),
+        }
+        c.xml_possible = scanner(enabled, "XML") ~= nil
+    end
+    compiled[config] = c
+    return c
+end
+
+local function hex_byte(h)
+    return char(tonumber(h, 16))
+end
+
+-- "+" becomes a space and %XX a byte; anything else is kept.
+local function urldecode(s)
+    if find(s, "+", 1, true) then
+        s = gsub(s, "+", " ")
+    end
+    if find(s, "%", 1, true) then
+        s = gsub(s, "%%(%x%x)", hex_byte)
+    end
+    return s
+end
+
+-- Scans s in its normalised forms: lower(d1) and, when different,
+-- lower(d2). True on a hit.
+local function hit(sc, s)
+    local d1 = urldecode(s)
+    local n1 = lower(d1)
+    if scan(sc, n1) then
+        return true
+    end
+    local d2 = urldecode(d1)
+    if d2 ~= d1 then
+        local n2 = lower(d2)
+        if n2 ~= n1 and scan(sc, n2) then
+            return true
+        end
+    end
+    return false
+end
+
+local function hit_value(sc, v)
+    local t = type(v)
+    if t == "string" then
+        return hit(sc, v)
+    elseif t == "boolean" then
+        -- A value-less argument is the string "true".
+        return hit(sc, "true")
+    elseif t == "table" then
+        for _, x in ipairs(v) do
+            if hit_value(sc, x) then
+                return true
+            end
+        end
+    end
+    return false
+end
+
+local function query_hit(sc)
+    local args = ngx.req.get_uri_args(MAX_ARGS)
+    for k, v in pairs(args) do
+        if hit(sc, k) or hit_value(sc, v) then
+            return true
+        end
+    end
+    return false
+end
+
+-- The request body when it should be scanned: Content-Length in
+-- (0, 65536] and kept in memory. nil otherwise.
+local function body()
+    local len = tonumber(ngx.var.http_content_length)
+    if not len or len <= 0 or len > MAX_BODY then
+        return nil
+    end
+    ngx.req.read_body()
+    return ngx.req.get_body_data()
+end
+
+local function body_hit(c)
+    local data = body()
+    if not data then
+        return false
+    end
+    local ct = lower(ngx.var.http_content_type or "")
+    local kind = 0
+    if find(ct, "multipart/", 1, true) then
+        kind = 1
+    end
+    if c.xml_possible then
+        local xml = find(ct, "xml", 1, true) ~= nil
+        if not xml then
+            -- The body itself declares XML, in any of its normalised forms.
+            local d1 = urldecode(data)
+            xml = find(lower(d1), "<?xml", 1, true) ~= nil or find(lower(urldecode(d1)), "<?xml", 1, true) ~= nil
+        end
+        if xml then
+            kind = kind + 2
+        end
+    end
+    local sc = c.body[kind]
+    return sc ~= nil and hit(sc, data)
+end
+
+-- Returns true when the request is clean, false on a hit.
+function _M.check(config)
+    local c = compiled[config] or _M.compile(config)
+    if not c.any then
+        return true
+    end
+    if c.path and hit(c.path, ngx.var.uri or "") then
+        return false
+    end
+    if c.query and query_hit(c.query) then
+        return false
+    end
+    if c.hdr then
+        local cookie = ngx.var.http_cookie
+        if cookie and hit(c.hdr, cookie) then
+            return false
+        end
+        local referer = ngx.var.http_referer
+        if referer and hit(c.hdr, referer) then
+            return false
+        end
+    end
+    if body_hit(c) then
+        return false
+    end
+    return true
+end
+
+return _M
