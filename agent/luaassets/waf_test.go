@@ -160,25 +160,21 @@ func TestWAFDecisions(t *testing.T) {
 			t.Errorf("fail-closed logged %d times, want once per 60 s", n)
 		}
 	})
-	t.Run("unsupported ua_check lets the request through and warns once per worker", func(t *testing.T) {
-		// No User-Agent at all: a real ua_check{require_ua} would fail it,
-		// but an unsupported node must not refuse visitors.
-		for range 6 {
-			r.expect(r.request(otherIP, http.MethodGet, "ua.test", "/", nil), 200, "origin-ok", "")
-		}
-		n := r.countLines("waf node type ua_check is not supported by this agent yet")
-		if workers := len(r.nginx.WorkerPIDs()); n < 1 || n > workers {
-			t.Errorf("warning logged %d times, want 1..%d (once per worker)", n, workers)
-		}
+	t.Run("ua_check with require_ua decides on the User-Agent", func(t *testing.T) {
+		// An empty User-Agent fails require_ua: the node's false edge blocks.
+		r.expect(r.request(otherIP, http.MethodGet, "ua.test", "/", http.Header{"User-Agent": {""}}), 403, "ua-false\n", "")
+		browser := http.Header{"User-Agent": {"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36"}}
+		r.expect(r.request(otherIP, http.MethodGet, "ua.test", "/", browser), 200, "origin-ok", "")
 	})
-	t.Run("unsupported pow takes next", func(t *testing.T) {
-		r.expect(r.get(otherIP, "pow.test", "/"), 418, "after-pow\n", "text/html; charset=utf-8")
-		if r.countLines("waf node type pow is not supported by this agent yet") == 0 {
-			t.Error("no warning for the pow node")
+	t.Run("pow takes over with the challenge page", func(t *testing.T) {
+		if got := r.get(otherIP, "pow.test", "/"); got.status != 200 || !strings.Contains(got.body, `id="anubis_challenge"`) {
+			t.Errorf("got %d %q, want the challenge page", got.status, got.body)
 		}
 	})
 	t.Run("internal PoW continuation skips the graph", func(t *testing.T) {
-		r.expect(r.get(otherIP, "pow.test", "/.within.website/x/cmd/anubis/api/make-challenge"), 418, "after-pow\n", "")
+		if got := r.get(otherIP, "pow.test", "/.within.website/x/cmd/anubis/api/make-challenge"); got.status != 200 || !strings.Contains(got.body, `id="anubis_challenge"`) {
+			t.Errorf("got %d %q, want the challenge page", got.status, got.body)
+		}
 		r.expect(r.get(otherIP, "pow.test", "/continue"), 403, "PoW graph node was not evaluated for this request\n", "")
 	})
 	t.Run("PoW endpoint placeholders", func(t *testing.T) {
