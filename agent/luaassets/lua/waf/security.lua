@@ -370,7 +370,7 @@ end
 -- "+" becomes a space and %XX a byte; anything else is kept.
 local function urldecode(s)
     if find(s, "+", 1, true) then
-        s = gsub(s, "+", " ")
+        s = gsub(s, "%+", " ")
     end
     if find(s, "%", 1, true) then
         s = gsub(s, "%%(%x%x)", hex_byte)
