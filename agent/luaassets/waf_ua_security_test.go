@@ -1,12 +1,17 @@
 package luaassets
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,6 +161,38 @@ func startUASecurityRig(t *testing.T) *rig {
             content_by_lua_block {
                 local b, o = require("waf.ua").classify(ngx.var.http_user_agent)
                 ngx.say(b, "|", o)
+            }
+        }
+        location = /classify-batch {
+            client_body_buffer_size 4m;
+            client_max_body_size 4m;
+            content_by_lua_block {
+                local cjson = require("cjson.safe")
+                local ua = require("waf.ua")
+                ngx.req.read_body()
+                local out = {}
+                for i, s in ipairs(assert(cjson.decode(ngx.req.get_body_data()))) do
+                    local b, o = ua.classify(s)
+                    out[i] = b .. "|" .. o
+                end
+                ngx.print(cjson.encode(out))
+            }
+        }
+        location = /hits {
+            client_body_buffer_size 4m;
+            client_max_body_size 4m;
+            content_by_lua_block {
+                local cjson = require("cjson.safe")
+                local security = require("waf.security")
+                ngx.req.read_body()
+                local req = assert(cjson.decode(ngx.req.get_body_data()))
+                local config = {}
+                for _, f in ipairs(req.flags) do config[f] = true end
+                local out = {}
+                for i, str in ipairs(req.strings) do
+                    out[i] = security.hits(config, req.set, str)
+                end
+                ngx.print(cjson.encode(out))
             }
         }
         location = /time-security {
@@ -637,4 +674,250 @@ func TestSecurityCheckOverhead(t *testing.T) {
 		t.Fatalf("time-security: %q", got.body)
 	}
 	t.Logf("inside a worker, security_check with all nine flags on the 4 KiB query: %s µs/check wall, %s µs/check CPU", fields[0], fields[1])
+}
+
+// The DATAPLANE 2.6 token tables, transcribed independently of the Lua,
+// for the cross-check below (QUERY set, malicious_upload and xxe excluded).
+var oracleTokens = map[string][]string{
+	"path_traversal":    {"../", `..\`, "..%2f", "..%5c", "%2e%2e/", `%2e%2e\`, "%252e%252e", "....//", "/etc/passwd"},
+	"file_inclusion":    {"php://", "file://", "zip://", "data://text", "expect://", "/etc/passwd", "/proc/self", "%00"},
+	"sql_injection":     {"union select", " or 1=1", "' or '", `" or "`, "information_schema", "xp_cmdshell", "load_file(", " into outfile", "/**/", "/*!", "*/--", "@@version"},
+	"command_injection": {";wget", ";curl", ";bash", ";sh ", "|bash", "|sh ", "|sh\t", "`id`", "$(id)", "&&wget", "&&curl", "&&bash", "&&sh ", "||wget", "||curl", "||bash", "/bin/sh ", "/bin/bash ", "cmd.exe /c", "powershell -", "powershell.exe"},
+	"xss":               {"<script", "<iframe", "onerror=", "onload=", "onmouseover=", "document.cookie"},
+	"ssrf":              {"http://127.0.0.1", "https://127.0.0.1", "http://localhost", "https://localhost", "http://0.0.0.0", "https://0.0.0.0", "http://[::1]", "https://[::1]", "://169.254.", "169.254.169.254", "metadata.google", "file://", "gopher://", "dict://"},
+	"crlf_injection":    {"%0d%0a", "\r\n"},
+}
+
+const (
+	oracleSpace = `[\t\n\v\f\r ]`
+	oracleQuote = "[\"'`(]"
+)
+
+var (
+	oracleSleep = regexp.MustCompile(`(?:sleep|benchmark)\(` + oracleSpace + `*[0-9]`)
+	oracleJS    = regexp.MustCompile(`(?:^|[="'(<;,])javascript:` + oracleSpace + "*(?:" + oracleQuote + `|(?:alert|void|eval)` + oracleSpace + `*\(|window\.|document\.)`)
+	oracleEval  = regexp.MustCompile(`^` + oracleSpace + "*" + oracleQuote)
+)
+
+func oracleDecode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b.WriteByte(byte(v))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func oracleHit(flags []string, s string) bool {
+	d1 := oracleDecode(s)
+	forms := []string{strings.ToLower(d1)}
+	if d2 := strings.ToLower(oracleDecode(d1)); d2 != forms[0] {
+		forms = append(forms, d2)
+	}
+	for _, n := range forms {
+		for _, f := range flags {
+			for _, tok := range oracleTokens[f] {
+				if strings.Contains(n, tok) {
+					return true
+				}
+			}
+			switch f {
+			case "sql_injection":
+				if oracleSleep.MatchString(n) {
+					return true
+				}
+			case "xss":
+				if oracleJS.MatchString(n) {
+					return true
+				}
+				if i := strings.Index(n, "eval("); i >= 0 && oracleEval.MatchString(n[i+5:]) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestSecurityScannerMatchesOracle compares the Lua automaton with a
+// straightforward implementation of DATAPLANE 2.6 (substring search and
+// regular expressions on both normalised forms) on random strings built
+// from token pieces, encodings, case changes and noise.
+func TestSecurityScannerMatchesOracle(t *testing.T) {
+	startUASecurityRig(t)
+	rng := rand.New(rand.NewPCG(14, 26))
+	var pieces []string
+	for _, toks := range oracleTokens {
+		for _, tok := range toks {
+			pieces = append(pieces, tok, strings.ToUpper(tok))
+			if len(tok) > 2 {
+				k := 1 + rng.IntN(len(tok)-1)
+				pieces = append(pieces, tok[:k], tok[k:], url.QueryEscape(tok), strings.ReplaceAll(url.QueryEscape(tok), "%", "%25"))
+			}
+		}
+	}
+	pieces = append(pieces, "sleep(", "benchmark(", "javascript:", "JavaScript:", "eval(", "alert", "void", "window.", "document.",
+		" ", "\t", "\v", "\r", "\n", "+", "%", "%2", "%25", "%2e", "%2E", "%252e", "%20", "%09", "%28", "%27", "%22",
+		"(", ")", "=", "'", "\"", "`", "<", ";", ",", "&", "|", "1", "5", "x", "a", "b", "c", "e", "l", "s", "/", ".", "..")
+	for _, set := range []struct {
+		name  string
+		flags []string
+	}{
+		{"QUERY", []string{"path_traversal", "file_inclusion", "sql_injection", "command_injection", "xss", "ssrf", "crlf_injection"}},
+		{"QUERY", []string{"xss"}},
+		{"QUERY", []string{"sql_injection"}},
+		{"HDR", []string{"sql_injection", "command_injection", "xss", "ssrf", "crlf_injection"}},
+		{"PATH", []string{"path_traversal", "file_inclusion"}},
+	} {
+		const n = 4000
+		strs := make([]string, n)
+		for i := range strs {
+			var b strings.Builder
+			for range 1 + rng.IntN(8) {
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			strs[i] = b.String()
+		}
+		body, err := json.Marshal(obj{"flags": set.flags, "set": set.name, "strings": strs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := send(t, otherIP, http.MethodPost, "http://127.0.0.1/hits", "tools.test", nil, bytes.NewReader(body))
+		var hits []bool
+		if err := json.Unmarshal([]byte(got.body), &hits); err != nil || len(hits) != n {
+			t.Fatalf("/hits: %d %.200q: %v", got.status, got.body, err)
+		}
+		var positives, mismatches int
+		for i, s := range strs {
+			want := oracleHit(set.flags, s)
+			if want {
+				positives++
+			}
+			if hits[i] != want && mismatches < 10 {
+				mismatches++
+				t.Errorf("%s %v: %q: Lua %v, oracle %v", set.name, set.flags, s, hits[i], want)
+			}
+		}
+		t.Logf("%s %v: %d strings, %d hits", set.name, set.flags, n, positives)
+	}
+}
+
+// The DATAPLANE 2.5 classification tables, transcribed independently of
+// the Lua: the first rule with a token in the lower-cased UA wins.
+var (
+	oracleBrowsers = []struct {
+		label           string
+		tokens, exclude []string
+	}{
+		{"WeChat", []string{"micromessenger"}, nil},
+		{"Postman", []string{"postman"}, nil},
+		{"CLI", []string{"curl/", "wget/"}, nil},
+		{"Edge", []string{"edg/", "edgios/", "edga/"}, nil},
+		{"Opera", []string{"opr/", "opera"}, nil},
+		{"Firefox", []string{"firefox", "fxios"}, nil},
+		{"Chrome", []string{"crios", "chrome"}, []string{"chromium"}},
+		{"Chromium", []string{"chromium"}, nil},
+		{"Safari", []string{"safari"}, nil},
+		{"Bot", []string{"bot", "spider", "crawler", "slurp"}, nil},
+	}
+	oracleOSes = []struct {
+		label           string
+		tokens, exclude []string
+	}{
+		{"Android", []string{"android"}, nil},
+		{"iOS", []string{"iphone", "ipad", "ipod", "ios"}, nil},
+		{"Windows", []string{"windows"}, nil},
+		{"macOS", []string{"mac os x", "macintosh", "macos"}, nil},
+		{"Chrome OS", []string{"cros"}, nil},
+		{"Linux", []string{"linux"}, nil},
+		{"Bot", []string{"bot", "spider", "crawler"}, nil},
+	}
+)
+
+func oracleClassify(ua string) string {
+	ual := strings.ToLower(strings.Trim(ua, " \t\n\v\f\r"))
+	if ual == "" {
+		return "Unknown|Unknown"
+	}
+	pick := func(rules []struct {
+		label           string
+		tokens, exclude []string
+	}) string {
+	rule:
+		for _, r := range rules {
+			for _, ex := range r.exclude {
+				if strings.Contains(ual, ex) {
+					continue rule
+				}
+			}
+			for _, tok := range r.tokens {
+				if strings.Contains(ual, tok) {
+					return r.label
+				}
+			}
+		}
+		return "Other"
+	}
+	return pick(oracleBrowsers) + "|" + pick(oracleOSes)
+}
+
+// TestUAClassifierMatchesOracle compares the Lua classifier with the
+// tables applied one token at a time, on random User-Agents made of token
+// pieces (also overlapping ones), case changes and noise.
+func TestUAClassifierMatchesOracle(t *testing.T) {
+	startUASecurityRig(t)
+	rng := rand.New(rand.NewPCG(25, 14))
+	var pieces []string
+	for _, r := range oracleBrowsers {
+		for _, tok := range append(slices.Clone(r.tokens), r.exclude...) {
+			pieces = append(pieces, tok, strings.ToUpper(tok), tok[:len(tok)/2], tok[len(tok)/2:])
+		}
+	}
+	for _, r := range oracleOSes {
+		for _, tok := range r.tokens {
+			pieces = append(pieces, tok, strings.ToUpper(tok), tok[:len(tok)/2], tok[len(tok)/2:])
+		}
+	}
+	pieces = append(pieces, " ", "/", "(", ";", "Mozilla/5.0", "1", "x", "e", "s", "o", "m", "c", "r", "\t")
+	const n = 5000
+	uas := make([]string, n)
+	for i := range uas {
+		var b strings.Builder
+		for range rng.IntN(7) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		uas[i] = b.String()
+	}
+	body, err := json.Marshal(uas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := send(t, otherIP, http.MethodPost, "http://127.0.0.1/classify-batch", "tools.test", nil, bytes.NewReader(body))
+	var labels []string
+	if err := json.Unmarshal([]byte(got.body), &labels); err != nil || len(labels) != n {
+		t.Fatalf("/classify-batch: %d %.200q: %v", got.status, got.body, err)
+	}
+	seen := map[string]int{}
+	mismatches := 0
+	for i, ua := range uas {
+		want := oracleClassify(ua)
+		seen[want]++
+		if labels[i] != want && mismatches < 10 {
+			mismatches++
+			t.Errorf("classify(%q) = %s, oracle %s", ua, labels[i], want)
+		}
+	}
+	t.Logf("%d User-Agents, %d distinct label pairs", n, len(seen))
 }

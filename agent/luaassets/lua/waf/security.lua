@@ -492,4 +492,12 @@ function _M.check(config)
     return true
 end
 
+-- For tests: does s, normalised, hit the tokens that config's enabled
+-- flags search in input set "PATH", "QUERY" or "HDR"?
+function _M.hits(config, set, s)
+    local c = compiled[config] or _M.compile(config)
+    local sc = c.any and c[({ PATH = "path", QUERY = "query", HDR = "hdr" })[set]]
+    return sc and hit(sc, s) or false
+end
+
 return _M
