@@ -85,3 +85,36 @@ func intern(b []byte) string {
 	slot.Store(&s)
 	return s
 }
+
+// nodeCache is a direct-mapped cache from the first bits of an address (16
+// of an IPv4 address, 32 of an IPv6 one) to the node of the search tree they
+// lead to, when that is a node: repeated clients from the same networks then
+// skip the first steps of the tree walk, each a load that depends on the
+// one before. Each slot is one atomic word, key<<32 | node+1 (node is below
+// nodeCount, so node+1 fits).
+type nodeCache struct {
+	bits  int // 16 or 32
+	slots []atomic.Uint64
+}
+
+const nodeCacheSize = 4096 // 32 KiB
+
+func newNodeCache(bits int) nodeCache {
+	return nodeCache{bits: bits, slots: make([]atomic.Uint64, nodeCacheSize)}
+}
+
+func (c *nodeCache) slot(key uint32) *atomic.Uint64 {
+	return &c.slots[(key*0x9e3779b1)>>(32-12)]
+}
+
+func (c *nodeCache) get(key uint32) (uint32, bool) {
+	v := c.slot(key).Load()
+	if v>>32 != uint64(key) || uint32(v) == 0 {
+		return 0, false
+	}
+	return uint32(v) - 1, true
+}
+
+func (c *nodeCache) put(key, node uint32) {
+	c.slot(key).Store(uint64(key)<<32 | uint64(node+1))
+}

@@ -43,9 +43,12 @@
 // The API has three levels:
 //
 //   - Country and CountryAndSubdivision, the WAF's lookups: a tree walk and
-//     the decoding of one path, with no allocation. The country code of each
-//     recently used record is cached (a direct-mapped table of atomic words,
-//     32 KiB), so a repeated client costs only the tree walk.
+//     the decoding of one path, with no allocation. Two kinds of small
+//     lock-free caches (direct-mapped tables of atomic words, 96 KiB per
+//     Reader) serve repeated clients: the tree node that the first 16 bits
+//     of an IPv4 address, or the first 32 of an IPv6 one, lead to, which
+//     saves the first steps of the walk, and the country code of each
+//     recently used record, which saves decoding it.
 //   - LookupString, LookupPath and LookupNetwork, for any path into a
 //     record ("country", "iso_code"; "subdivisions", "0", "iso_code"),
 //     decoding only the value named; short strings are interned.

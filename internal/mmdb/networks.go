@@ -102,9 +102,11 @@ func prefixOf(hi, lo uint64, depth int, v6 bool) netip.Prefix {
 // returns false. Each distinct record is decoded once.
 func (r *Reader) CountryNetworks(yield func(network netip.Prefix, country, subdivision string) bool) error {
 	type codes struct{ country, subdivision string }
-	// Bounded, so that a hostile database of distinct records cannot grow
-	// it without limit; GeoLite2 City has far fewer distinct records.
-	const maxMemo = 1 << 18
+	// Bounded (about 1 MiB), so that a database of many distinct records
+	// cannot grow it without limit: a record that fell out of it is
+	// decoded again, which costs a few hundred nanoseconds. Neighbouring
+	// networks usually share a record, which last catches.
+	const maxMemo = 1 << 14
 	memo := make(map[Offset]codes)
 	last, lastOff := codes{}, Offset(0)
 	haveLast := false

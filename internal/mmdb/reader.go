@@ -55,6 +55,9 @@ type Reader struct {
 
 	// codes remembers the country code of recently used records.
 	codes codeCache
+	// v4Nodes and v6Nodes remember where the first bits of recently seen
+	// addresses lead in the tree.
+	v4Nodes, v6Nodes nodeCache
 
 	// mapping is the memory mapping Open made, unmapped by Close; nil for
 	// a Reader from FromBytes.
@@ -164,6 +167,8 @@ func FromBytes(b []byte) (*Reader, error) {
 		nodeCount:  uint32(nodes),
 		recordSize: int(meta.RecordSize),
 		codes:      newCodeCache(),
+		v4Nodes:    newNodeCache(16),
+		v6Nodes:    newNodeCache(32),
 	}
 	r.ipv4Start, r.ipv4Depth = r.findIPv4Start()
 	return r, nil

@@ -51,18 +51,23 @@ func read32(t []byte, o int) uint32 {
 // and returns the last record value with the number of bits consumed. There
 // is one loop per record size because this is the hot path of every lookup.
 func (r *Reader) walk(node uint32, hi, lo uint64, bit int) (uint32, int) {
+	return r.walkTo(node, hi, lo, bit, 128)
+}
+
+// walkTo is walk that stops after bit number stop-1.
+func (r *Reader) walkTo(node uint32, hi, lo uint64, bit, stop int) (uint32, int) {
 	t, n := r.tree, r.nodeCount
 	switch r.recordSize {
 	case 24:
-		for ; bit < 128 && node < n; bit++ {
+		for ; bit < stop && node < n; bit++ {
 			node = read24(t, int(node)*6+int(bitAt(hi, lo, bit))*3)
 		}
 	case 28:
-		for ; bit < 128 && node < n; bit++ {
+		for ; bit < stop && node < n; bit++ {
 			node = read28(t, int(node)*7, bitAt(hi, lo, bit))
 		}
 	default:
-		for ; bit < 128 && node < n; bit++ {
+		for ; bit < stop && node < n; bit++ {
 			node = read32(t, int(node)*8+int(bitAt(hi, lo, bit))*4)
 		}
 	}
@@ -119,22 +124,24 @@ func (r *Reader) findNetwork(ip netip.Addr) (int, int, bool, error) {
 	if ip.Is4() {
 		a := ip.As4()
 		lo := uint64(binary.BigEndian.Uint32(a[:]))
-		if r.meta.IPVersion == 4 {
+		switch {
+		case r.meta.IPVersion == 4:
 			// In an IPv4 tree the address takes the last 32 of the 128
 			// bits the walk counts.
-			node, bits = r.walk(0, 0, lo, 96)
+			node, bits = r.walkCached(&r.v4Nodes, 0, 0, lo, 96, uint32(lo)>>16)
 			bits -= 96
-		} else if bits = r.ipv4Depth; r.ipv4Start < r.nodeCount {
-			node, bits = r.walk(r.ipv4Start, 0, lo, 96)
-		} else {
-			node = r.ipv4Start
+		case r.ipv4Start < r.nodeCount:
+			node, bits = r.walkCached(&r.v4Nodes, r.ipv4Start, 0, lo, 96, uint32(lo)>>16)
+		default:
+			node, bits = r.ipv4Start, r.ipv4Depth
 		}
 	} else {
 		if r.meta.IPVersion == 4 {
 			return 0, 0, false, nil
 		}
 		a := ip.As16()
-		node, bits = r.walk(0, binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:]), 0)
+		hi := binary.BigEndian.Uint64(a[:8])
+		node, bits = r.walkCached(&r.v6Nodes, 0, hi, binary.BigEndian.Uint64(a[8:]), 0, uint32(hi>>32))
 	}
 	switch {
 	case node == r.nodeCount:
@@ -160,4 +167,19 @@ func (r *Reader) dataOffset(v uint32) (int, error) {
 		return 0, fmt.Errorf("record value %d points %d bytes into a %d-byte data section", v, d-16, len(r.data))
 	}
 	return int(d - 16), nil
+}
+
+// walkCached is walk for an address whose next 16 (IPv4) or 32 (IPv6) bits
+// from bit are key: the node they lead to comes from c when it is there.
+func (r *Reader) walkCached(c *nodeCache, node uint32, hi, lo uint64, bit int, key uint32) (uint32, int) {
+	stop := bit + c.bits
+	if n, ok := c.get(key); ok {
+		return r.walkTo(n, hi, lo, stop, 128)
+	}
+	n, b := r.walkTo(node, hi, lo, bit, stop)
+	if b == stop && n < r.nodeCount {
+		c.put(key, n)
+		return r.walkTo(n, hi, lo, stop, 128)
+	}
+	return n, b
 }
