@@ -38,10 +38,8 @@ local POW_STATIC_PREFIX = "/.within.website/x/cmd/anubis/static/"
 
 -- Node types the server can emit that this agent does not evaluate yet, and
 -- the handle each one takes instead: the one that lets the request through.
--- geo_match answers "matched?" (false: not caught); ua_check and
--- security_check answer "passed?" (true: acceptable, clean), because their
--- false edge is normally wired to a block and would refuse every visitor;
--- pow continues as if the challenge were solved.
+-- geo_match answers "matched?" (false: not caught), so an unsupported node
+-- never refuses every visitor; pow continues as if the challenge were solved.
 local UNSUPPORTED = {
     geo_match = "false",
     pow = "next",
