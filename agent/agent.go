@@ -67,6 +67,8 @@ type Agent struct {
 
 	pages     *pages.Syncer
 	pagesWork pagesWork
+	// geoip keeps the GeoLite2 databases current (geoiploop.go).
+	geoip *geoipDBs
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
@@ -107,6 +109,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	paths := landing.FromConfig(cfg)
 	stateDir := filepath.Dir(cfg.StatePath)
 	a.pages = &pages.Syncer{Dir: cfg.PagesDir, CP: a.cp, Log: o.Log}
+	a.geoip = newGeoIP(cfg, o.Log, a.beatSoon)
 	if a.ipg, err = ipgroups.Open(cfg.RuntimeConfigDir, o.Log); err != nil {
 		return nil, err
 	}
@@ -188,6 +191,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { a.applyLoop(ctx) })
 	loops.Go(func() { a.pagesLoop(ctx) })
+	loops.Go(func() { a.geoip.loop(ctx) })
 	a.channels(ctx)
 	loops.Wait()
 	a.cp.CloseIdle()

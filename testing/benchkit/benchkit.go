@@ -46,6 +46,8 @@ func StartAgent(bin, dir string, cp *controlplane.Server, extra map[string]any) 
 	conf := map[string]any{
 		"server_url": cp.URL(), "agent_token": tok, "node_name": "bench", "node_ip": "198.51.100.10",
 		"openresty_path": nginx, "data_dir": filepath.Join(dir, "data"),
+		// Measurements stay on this machine: no GeoIP download.
+		"mmdb_download_url": "off", "city_mmdb_download_url": "off",
 	}
 	for k, v := range extra {
 		conf[k] = v

@@ -189,6 +189,9 @@ func TestCrossEndToEnd(t *testing.T) {
 				"openresty_path":     stub,
 				"data_dir":           filepath.Join(dir, "data"),
 				"heartbeat_interval": 300,
+				// No GeoIP download from the internet.
+				"mmdb_download_url":      "off",
+				"city_mmdb_download_url": "off",
 			}, "", "  ")
 			if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 				t.Fatal(err)

@@ -141,6 +141,9 @@ func run(ctx context.Context, bin, dir string) error {
 		"node_ip":         "198.51.100.10",
 		"openresty_path":  nginxBin,
 		"data_dir":        filepath.Join(dir, "data"),
+		// The demo stays on this machine: no GeoIP download.
+		"mmdb_download_url":      "off",
+		"city_mmdb_download_url": "off",
 	}
 	confPath := filepath.Join(dir, "agent.json")
 	b, _ := json.MarshalIndent(conf, "", "  ")

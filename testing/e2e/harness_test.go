@@ -182,7 +182,8 @@ func (n *node) start(env ...string) {
 		args = append(slices.Clone(n.wrap), args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "LOG_LEVEL=debug", "GORACE=halt_on_error=1")
+	// No GeoIP download from the internet: test traffic stays on loopback.
+	cmd.Env = append(os.Environ(), "LOG_LEVEL=debug", "GORACE=halt_on_error=1", "OPENFLARE_MMDB_DOWNLOAD_URL=off", "OPENFLARE_CITY_MMDB_DOWNLOAD_URL=off")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = n.logs, n.logs
 	if err := cmd.Start(); err != nil {

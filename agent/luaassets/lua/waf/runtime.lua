@@ -39,10 +39,9 @@ local POW_STATIC_PREFIX = "/.within.website/x/cmd/anubis/static/"
 -- Node types the server can emit that this agent does not evaluate yet, and
 -- the handle each one takes instead: the one that lets the request through.
 -- geo_match answers "matched?" (false: not caught), so an unsupported node
--- never refuses every visitor; pow continues as if the challenge were solved.
+-- never refuses every visitor.
 local UNSUPPORTED = {
     geo_match = "false",
-    pow = "next",
 }
 
 local EMPTY = {}
