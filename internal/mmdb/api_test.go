@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -461,4 +462,33 @@ func TestClose(t *testing.T) {
 	if _, err := Open(empty); !errors.Is(err, ErrInvalidDatabase) {
 		t.Errorf("empty file: %v", err)
 	}
+}
+
+// TestOpenMaps checks that Open maps the file instead of copying it to the
+// heap: a 32 MiB database costs the heap only the Reader and its caches.
+func TestOpenMaps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.mmdb")
+	data := make([]byte, 32<<20) // a data section of zeros: uint16s, never read
+	db := tinyDB(t, append([]byte{0xa0}, data...))
+	if err := os.WriteFile(path, db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, db = nil, nil
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 1<<20 {
+		t.Errorf("Open of a 32 MiB file grew the heap by %d bytes", grown)
+	}
+	if v, err := r.Lookup(mustAddr("1.2.3.4")); err != nil || v != uint64(0) {
+		t.Errorf("Lookup = %v, %v", v, err)
+	}
+	runtime.KeepAlive(r)
 }

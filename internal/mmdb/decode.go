@@ -307,11 +307,43 @@ func (s section) skip(off int, budget *int) (int, error) {
 					off += 1 + size
 					continue
 				}
+			case kindDouble:
+				if size == 8 && off+9 <= len(s) {
+					off += 9
+					continue
+				}
 			case kindMap:
 				if size < 29 && 2*size <= len(s)-off-1-(pending-1) {
 					pending += 2 * size
 					off++
 					continue
+				}
+			case kindExtended:
+				if size >= 29 || off+2 > len(s) {
+					break
+				}
+				switch kind(s[off+1]) + 7 {
+				case kindArray:
+					if size <= len(s)-off-2-(pending-1) {
+						pending += size
+						off += 2
+						continue
+					}
+				case kindBool:
+					if size <= 1 {
+						off += 2
+						continue
+					}
+				case kindInt32, kindFloat:
+					if size <= 4 && (size == 4 || s[off+1] != byte(kindFloat-7)) && off+2+size <= len(s) {
+						off += 2 + size
+						continue
+					}
+				case kindUint64:
+					if size <= 8 && off+2+size <= len(s) {
+						off += 2 + size
+						continue
+					}
 				}
 			}
 		}
