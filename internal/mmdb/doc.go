@@ -34,11 +34,19 @@
 // Open maps the file read-only (golang.org/x/sys/unix) instead of reading it
 // into the heap: a City database is 60-70 MiB and a router may have 128 MiB in
 // all, so the agent's heap stays the same whatever the database size, and
-// the pages are shared with the page cache. Close unmaps. A mapped file must
+// the pages are shared with the page cache. Close unmaps. Open refuses files
+// larger than MaxFileSize, which bounds the address space a mapping takes on
+// a 32-bit router. A mapped file must
 // never be truncated or rewritten in place (a read of a vanished page is a
 // SIGBUS): a new database is written beside the old one and renamed over it,
 // which leaves the old inode, and every mapping of it, intact. Strings
 // returned by the Reader never point into the mapping, so they outlive Close.
+//
+// Addresses: IPv4 addresses are looked up in ::/96 of an IPv6 tree, from a
+// start node found once by Open. An IPv4-mapped IPv6 address
+// (::ffff:a.b.c.d) is looked up as the IPv4 address it stands for, whether or
+// not the database aliases ::ffff:0:0/96 (libmaxminddb looks it up as IPv6,
+// so it finds nothing in a database without that alias).
 //
 // The API has three levels:
 //

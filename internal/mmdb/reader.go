@@ -109,8 +109,8 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
-// Close unmaps the file of a Reader from Open; it does nothing for one from
-// FromBytes. Lookups after Close return ErrClosed. Close must not run while
+// Close unmaps the file of a Reader from Open (a Reader from FromBytes has
+// nothing to release). Lookups after Close return ErrClosed. Close must not run while
 // lookups, walks or Verify on r are still in progress, and strings returned
 // earlier stay valid (none of them points into the mapping).
 func (r *Reader) Close() error {
