@@ -188,6 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	a.restorePages()
 	var loops sync.WaitGroup
 	loops.Go(func() { a.applyLoop(ctx) })
 	loops.Go(func() { a.pagesLoop(ctx) })

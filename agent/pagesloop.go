@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,14 +28,43 @@ type pagesWork struct {
 }
 
 // setPages records the projects the applied version serves and has them
-// deployed now (the apply hook).
+// deployed now (the apply hook). The list is kept in state too, so that a
+// restart checks the projects again even when no apply runs (the version
+// is current, or the server is unreachable).
 func (a *Agent) setPages(_ context.Context, ids []uint64) {
 	a.pagesWork.mu.Lock()
 	a.pagesWork.ids = slices.Clone(ids)
 	a.pagesWork.mu.Unlock()
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = strconv.FormatUint(id, 10)
+	}
+	if err := a.store.Update(func(s *state.State) { s.PagesProjects = strings.Join(list, ",") }); err != nil {
+		a.log.Warn("record pages projects", "err", err)
+	}
 	select {
 	case a.pagesWork.wake <- struct{}{}:
 	default:
+	}
+}
+
+// restorePages takes the Pages projects of the version in force from
+// state (start-up).
+func (a *Agent) restorePages() {
+	var ids []uint64
+	for _, f := range strings.Split(a.store.Get().PagesProjects, ",") {
+		if id, err := strconv.ParseUint(f, 10, 64); err == nil && id > 0 {
+			ids = append(ids, id)
+		}
+	}
+	a.pagesWork.mu.Lock()
+	a.pagesWork.ids = ids
+	a.pagesWork.mu.Unlock()
+	if len(ids) > 0 {
+		select {
+		case a.pagesWork.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -53,20 +84,20 @@ func (a *Agent) pagesLoop(ctx context.Context) {
 		a.pagesWork.mu.Lock()
 		ids := a.pagesWork.ids
 		a.pagesWork.mu.Unlock()
+		msg := ""
 		if len(ids) > 0 {
-			err := a.pages.Reconcile(ctx, ids)
-			msg := ""
-			if err != nil && ctx.Err() == nil {
+			if err := a.pages.Reconcile(ctx, ids); err != nil && ctx.Err() == nil {
 				msg = err.Error()
 				a.log.Error("pages deployment", "err", err)
 			}
-			if st := a.store.Get(); st.PagesError != msg {
-				if err := a.store.Update(func(s *state.State) { s.PagesError = msg }); err != nil {
-					a.log.Warn("record pages deployment", "err", err)
-				}
-				a.beatSoon()
-			}
 			releaseMemory()
+		}
+		// Cleared too when the version in force has no Pages project left.
+		if st := a.store.Get(); st.PagesError != msg && ctx.Err() == nil {
+			if err := a.store.Update(func(s *state.State) { s.PagesError = msg }); err != nil {
+				a.log.Warn("record pages deployment", "err", err)
+			}
+			a.beatSoon()
 		}
 		if !t.Stop() {
 			select {

@@ -95,11 +95,14 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	// One validation, of the live tree, after the swap: it reads exactly
 	// what the reload will (the same include graph, absolute paths and
 	// certificates), which a staged copy elsewhere cannot promise. It is as
-	// safe as validating first: nginx reads its files only when started
-	// or signalled, and the agent alone signals it, so until the reload
-	// the running workers serve the previous config from memory; a failed
-	// validation restores the backup before anything reads the new files,
-	// and a crash in between restores it at the next start. Should nginx
+	// safe as validating first: nginx reads its configuration files only
+	// when started or signalled, and the agent alone signals it, so until
+	// the reload the running workers serve the previous config from
+	// memory. The files workers read while serving (Lua, the WAF JSON,
+	// error pages, the service worker) are written only after the test
+	// passed (Set.WriteConfig, then WriteRuntime), so no worker reads a
+	// rejected version's. A failed validation restores the backup, and a
+	// crash in between restores it at the next start. Should nginx
 	// still refuse what -t accepted (a file changed in between, a port
 	// taken), the master keeps its workers and logs why: reload sees that,
 	// and the backup goes back the same way.
@@ -115,7 +118,9 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 	}
 	testhook.Crash("after-backup")
 	e.Log.Debug("apply: backed up", "version", target.Version, "files", len(touched), "took", e.now().Sub(began))
-	err = set.Write(func() { testhook.Crash("mid-write") })
+	// What nginx reads at load goes in first and is tested; what the
+	// workers read while serving follows only once the test passed.
+	err = set.WriteConfig(func() { testhook.Crash("mid-write") })
 	testhook.Crash("after-swap")
 	e.Log.Debug("apply: swapped in", "took", e.now().Sub(began))
 	if err == nil {
@@ -123,6 +128,7 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 			return e.unswap(ctx, txn, target, fmt.Errorf("apply version %s: %w", target.Version, err))
 		}
 		e.Log.Debug("apply: validated", "took", e.now().Sub(began))
+		err = set.WriteRuntime()
 	}
 	if err == nil {
 		testhook.Crash("before-reload")

@@ -323,3 +323,38 @@ func TestMalformedGroupsStream(t *testing.T) {
 		t.Errorf("element 6: %+v", g)
 	}
 }
+
+// Millions of tiny group elements cannot escape the budget (each kept
+// element costs its struct), and a malformed group gives back what its
+// entries cost, so a valid group after it still fits.
+func TestGroupElementsBudgeted(t *testing.T) {
+	c := server(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":{"waf_ip_groups":[`+strings.Repeat("1,", 200_000)+`1]}}`)
+	})
+	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
+	if _, err := c.Heartbeat(context.Background(), payload()); !errors.Is(err, ErrValueTooLarge) || !strings.Contains(err.Error(), "more IP-group elements") {
+		t.Fatalf("200 001 tiny elements: %v", err)
+	}
+
+	entries := func(n int) string {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"10.%d.%d.%d"`, i>>16&0xff, i>>8&0xff, i&0xff)
+		}
+		return b.String()
+	}
+	c = server(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"data":{"waf_ip_groups":[{"id":1,"enabled":"yes","ip_list":[%s]},{"id":2,"enabled":true,"ip_list":[%s],"checksum":"b"}]}}`, entries(30_000), entries(25_000))
+	})
+	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
+	r, err := c.Heartbeat(context.Background(), payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.WAFIPGroups) != 2 || r.WAFIPGroups[0].Malformed == "" || r.WAFIPGroups[1].Malformed != "" || len(r.WAFIPGroups[1].IPList) != 25_000 {
+		t.Fatalf("groups: %+v / %q", len(r.WAFIPGroups), r.WAFIPGroups[1].Malformed)
+	}
+}

@@ -44,13 +44,23 @@ func (c *budgetReader) Read(p []byte) (int, error) {
 		return 0, ErrValueTooLarge
 	}
 	if c.left <= 0 {
-		// One byte past the cap proves the reply is too large.
-		var one [1]byte
-		if n, _ := c.r.Read(one[:]); n > 0 {
-			c.over = true
-			return 0, ErrTooLarge
+		// A byte past the cap that is not trailing whitespace (a JSON
+		// encoder ends with a newline) proves the reply is too large.
+		var tail [64]byte
+		for spare := 0; spare < 4; spare++ {
+			n, err := c.r.Read(tail[:])
+			for _, b := range tail[:n] {
+				if b != ' ' && b != '\n' && b != '\r' && b != '\t' {
+					c.over = true
+					return 0, ErrTooLarge
+				}
+			}
+			if err != nil {
+				return 0, io.EOF
+			}
 		}
-		return 0, io.EOF
+		c.over = true
+		return 0, ErrTooLarge
 	}
 	if int64(len(p)) > c.left {
 		p = p[:c.left]
@@ -270,10 +280,21 @@ func (s stream) groups(out *[]protocol.WAFIPGroup) error {
 		if err != nil {
 			return err
 		}
+		// Every element kept costs its struct and texts too: a reply of
+		// millions of tiny elements must not escape the budget either.
+		cost := int64(groupOverhead + len(g.Name) + len(g.Type) + len(g.Checksum) + len(g.Malformed))
+		if cost > *s.entries {
+			return fmt.Errorf("%w: more IP-group elements than this node's budget of %d MiB for one reply (set by memory_limit)", ErrValueTooLarge, s.entryBudget>>20)
+		}
+		*s.entries -= cost
 		*out = append(*out, g)
 		return nil
 	})
 }
+
+// groupOverhead is what one decoded group costs beyond its texts and
+// entries.
+const groupOverhead = 128
 
 // maxMalformed bounds the reason kept for a malformed group.
 const maxMalformed = 200
@@ -303,6 +324,7 @@ func (s stream) group() (protocol.WAFIPGroup, error) {
 			g.Malformed = bounded(reason, maxMalformed)
 		}
 	}
+	var spent int64 // what this group's entries cost
 	field := func(v any) error {
 		err := s.value(v)
 		if typeErr := (*json.UnmarshalTypeError)(nil); errors.As(err, &typeErr) {
@@ -324,7 +346,11 @@ func (s stream) group() (protocol.WAFIPGroup, error) {
 		case "checksum":
 			return field(&g.Checksum)
 		case "ip_list":
-			reason, err := s.ipList(&g.IPList)
+			// A repeated key replaces the list: what the earlier one
+			// cost goes back.
+			*s.entries += spent
+			reason, cost, err := s.ipList(&g.IPList)
+			spent = cost
 			if reason != "" {
 				mark(reason)
 			}
@@ -336,8 +362,10 @@ func (s stream) group() (protocol.WAFIPGroup, error) {
 		return g, err
 	}
 	if g.Malformed != "" {
-		// Nothing of a malformed group is used but its id (to report it);
-		// its entries are not kept.
+		// Nothing of a malformed group is used but its id (to report it):
+		// its entries are dropped, and what they cost goes back to the
+		// groups after it.
+		*s.entries += spent
 		g = protocol.WAFIPGroup{ID: g.ID, Malformed: g.Malformed}
 	}
 	return g, nil
@@ -345,23 +373,23 @@ func (s stream) group() (protocol.WAFIPGroup, error) {
 
 // ipList reads the entries one token at a time, so a group of a million
 // entries is never buffered as text, and stops keeping them once the
-// reply's entry budget is spent. reason is why the list is unusable.
-func (s stream) ipList(list *[]string) (reason string, err error) {
+// reply's entry budget is spent. reason is why the list is unusable; spent
+// is what the kept entries cost.
+func (s stream) ipList(list *[]string) (reason string, spent int64, err error) {
 	tok, err := s.dec.Token()
 	if err != nil || tok == nil {
 		*list = nil
-		return "", err
+		return "", 0, err
 	}
 	if tok != json.Delim('[') {
-		return fmt.Sprintf("ip_list is %v, not an array", tok), s.skipRest(tok)
+		return fmt.Sprintf("ip_list is %v, not an array", tok), 0, s.skipRest(tok)
 	}
 	kept := []string{}
-	var spent int64
 	n := 0
 	for ; s.dec.More(); n++ {
 		tok, err := s.dec.Token()
 		if err != nil {
-			return "", err
+			return "", spent, err
 		}
 		entry, ok := tok.(string)
 		if !ok {
@@ -369,7 +397,7 @@ func (s stream) ipList(list *[]string) (reason string, err error) {
 				reason = fmt.Sprintf("ip_list element %d is not a string", n)
 			}
 			if err := s.skipRest(tok); err != nil {
-				return "", err
+				return "", spent, err
 			}
 			continue
 		}
@@ -381,6 +409,7 @@ func (s stream) ipList(list *[]string) (reason string, err error) {
 			reason = fmt.Sprintf("ip_list is over this node's budget of %d MiB for IP-group entries in one reply (set by memory_limit)", s.entryBudget>>20)
 			// What this group held goes back to the groups after it.
 			*s.entries += spent
+			spent = 0
 			kept = nil
 			continue
 		}
@@ -390,5 +419,5 @@ func (s stream) ipList(list *[]string) (reason string, err error) {
 	}
 	*list = kept
 	_, err = s.dec.Token() // ']'
-	return reason, err
+	return reason, spent, err
 }

@@ -48,17 +48,18 @@ func (c *Client) PagesPackage(ctx context.Context, project uint64, size int64, w
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
 	defer resp.Body.Close()
+	// A watchdog instead of a deadline, from the headers on (an error
+	// body that stalls must not hold the Pages loop either): each read
+	// that brings bytes pushes it back.
+	var stalled atomic.Bool
+	stall := time.AfterFunc(packageStall, func() { stalled.Store(true); cancel() })
+	defer stall.Stop()
 	if resp.StatusCode != http.StatusOK {
 		return 0, &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	}
 	if resp.ContentLength > size {
 		return 0, fmt.Errorf("%s: Content-Length %d, over the announced %d bytes: %w", name, resp.ContentLength, size, ErrPackageSize)
 	}
-	// A watchdog instead of a deadline: each read that brings bytes
-	// pushes it back.
-	var stalled atomic.Bool
-	stall := time.AfterFunc(packageStall, func() { stalled.Store(true); cancel() })
-	defer stall.Stop()
 	body := &progressReader{r: io.LimitReader(resp.Body, size+1), onRead: func() { stall.Reset(packageStall) }}
 	n, err := io.Copy(w, body)
 	switch {

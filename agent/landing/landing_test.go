@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
@@ -335,5 +336,42 @@ func TestLinksInTreeNotFollowed(t *testing.T) {
 	}
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// WriteConfig lands only what nginx reads when it loads a configuration:
+// the files workers read while serving (the WAF JSON, Lua, error pages)
+// wait for WriteRuntime, which runs once `nginx -t` passed.
+func TestWriteConfigBeforeRuntime(t *testing.T) {
+	p := testPaths(t.TempDir())
+	set, err := Plan(p, "MAIN", "ROUTE", []protocol.SupportFile{{Path: "9.crt", Content: "CERT"}, {Path: render.WAFConfigFile, Content: "{}"}, {Path: "error_pages/origin_error.html.tmpl", Content: "PAGE"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Touched(); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.WriteConfig(nil); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	for _, f := range []string{p.Main, p.Route, filepath.Join(p.CertDir, "9.crt")} {
+		if !exists(f) {
+			t.Errorf("%s not landed by WriteConfig", f)
+		}
+	}
+	late := []string{filepath.Join(p.RuntimeConfigDir, render.WAFConfigFile), filepath.Join(p.CertDir, "error_pages", "origin_error.html.tmpl"), filepath.Join(p.LuaDir, "waf", "runtime.lua")}
+	for _, f := range late {
+		if exists(f) {
+			t.Errorf("%s landed before the test", f)
+		}
+	}
+	if err := set.WriteRuntime(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range late {
+		if !exists(f) {
+			t.Errorf("%s not landed by WriteRuntime", f)
+		}
 	}
 }

@@ -39,6 +39,9 @@ type Set struct {
 	// IfMissing files are written only when absent (mime.types belongs to
 	// the operator once it exists).
 	IfMissing []File
+	// Runtime are the directories whose files the nginx workers read while
+	// serving, not nginx when it loads a configuration (WriteRuntime).
+	Runtime []string
 
 	// same marks Files already on disk byte for byte (found by Touched):
 	// they are neither backed up nor rewritten, which keeps an apply that
@@ -54,7 +57,10 @@ const MaxSupportFiles = 10_000
 // Plan builds the set for a rendered main config, route config and support
 // files (the renderer's Files), with text already adapted to the binary.
 func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
-	s := &Set{Managed: []string{p.CertDir, p.LuaDir}}
+	s := &Set{
+		Managed: []string{p.CertDir, p.LuaDir},
+		Runtime: []string{p.RuntimeConfigDir, p.LuaDir, filepath.Join(p.CertDir, "error_pages"), filepath.Join(p.CertDir, "sw")},
+	}
 	// Only nginx's master reads its configs, and the route config can hold
 	// basic-auth credentials: not world-readable.
 	s.Files = append(s.Files,
@@ -247,14 +253,20 @@ func (s *Set) onDisk(f File) bool {
 	return err == nil && mode == f.Mode && bytes.Equal(b, f.Data)
 }
 
-// rootFor is the outermost of roots holding p, or p's own directory: below
-// it no link is followed when the agent reads what it manages.
+// rootFor is the innermost of roots holding p, or p's own directory: below
+// it no link is followed when the agent reads or writes what it manages.
+// Each configured directory is the owner's choice and may itself be a link
+// (cert_dir pointing elsewhere, say): it is a root, never a link inside the
+// tree to be replaced.
 func rootFor(p string, roots []string) string {
-	best := filepath.Dir(p)
+	best := ""
 	for _, r := range roots {
-		if strings.HasPrefix(p, r+"/") && len(r) < len(best) {
+		if strings.HasPrefix(p, r+"/") && len(r) > len(best) {
 			best = r
 		}
+	}
+	if best == "" {
+		return filepath.Dir(p)
 	}
 	return best
 }

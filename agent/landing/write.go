@@ -17,28 +17,24 @@ import (
 // 0600, the nginx configs with basic-auth credentials 0640).
 const configDirMode = 0o755
 
-// Write lands the set: every file atomically, then removals, then the
-// managed directories are cleared of anything else. Files Touched found
-// already on disk are skipped. after, when set, is called after the first
-// file is written (a crash-test seam).
+// Write lands the whole set: WriteConfig, then WriteRuntime.
 func (s *Set) Write(after func()) error {
-	for _, f := range s.Files {
-		if s.same[f.Path] {
-			continue
-		}
-		if err := unlinkDirLinks(rootFor(f.Path, s.Managed), filepath.Dir(f.Path)); err != nil {
-			return fmt.Errorf("land %s: %w", f.Path, err)
-		}
-		if err := atomicfile.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
-			return fmt.Errorf("land %s: %w", f.Path, err)
-		}
-		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
-			return fmt.Errorf("land: %w", err)
-		}
-		if after != nil {
-			after()
-			after = nil
-		}
+	if err := s.WriteConfig(after); err != nil {
+		return err
+	}
+	return s.WriteRuntime()
+}
+
+// WriteConfig lands what nginx itself reads when it tests or loads a
+// configuration (the main and route configs, certificates and keys,
+// mime.types): between it and WriteRuntime the agent runs `nginx -t`, and
+// the running workers, which read the other files while they serve, never
+// see a version that fails it. Files Touched found already on disk are
+// skipped. after, when set, is called after the first file is written (a
+// crash-test seam).
+func (s *Set) WriteConfig(after func()) error {
+	if err := s.writeFiles(false, after); err != nil {
+		return err
 	}
 	for _, f := range s.IfMissing {
 		if _, err := os.Lstat(f.Path); err == nil {
@@ -47,6 +43,27 @@ func (s *Set) Write(after func()) error {
 		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
+	}
+	return nil
+}
+
+// runtimeRead reports whether nginx workers read p while serving rather
+// than nginx when it loads its configuration.
+func (s *Set) runtimeRead(p string) bool {
+	for _, r := range s.Runtime {
+		if strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteRuntime lands the files the workers read while serving (Lua, the
+// WAF and runtime JSON, error pages, the service worker), then the
+// removals, then clears the managed directories of anything else.
+func (s *Set) WriteRuntime() error {
+	if err := s.writeFiles(true, nil); err != nil {
+		return err
 	}
 	for _, p := range s.Remove {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -68,6 +85,30 @@ func (s *Set) Write(after func()) error {
 		}
 		atomicfile.SyncDir(filepath.Dir(p))
 		pruneEmptyParents(p, s.Managed)
+	}
+	return nil
+}
+
+// writeFiles writes the set's files that are read at runtime (or the
+// others).
+func (s *Set) writeFiles(runtime bool, after func()) error {
+	for _, f := range s.Files {
+		if s.same[f.Path] || s.runtimeRead(f.Path) != runtime {
+			continue
+		}
+		if err := unlinkDirLinks(rootFor(f.Path, s.Managed), filepath.Dir(f.Path)); err != nil {
+			return fmt.Errorf("land %s: %w", f.Path, err)
+		}
+		if err := atomicfile.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
+			return fmt.Errorf("land %s: %w", f.Path, err)
+		}
+		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("land: %w", err)
+		}
+		if after != nil {
+			after()
+			after = nil
+		}
 	}
 	return nil
 }

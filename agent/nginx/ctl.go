@@ -206,6 +206,8 @@ func (n *Ctl) logExit(ctx context.Context, prev generation0) {
 
 // Start starts a master with the live config and waits for its workers.
 func (n *Ctl) Start(ctx context.Context) error {
+	// A new master has no previous generation to hand over from.
+	n.previous = generation0{}
 	// A stale pid file would make nginx refuse nothing, but it would make
 	// our own liveness check read the wrong pid until nginx rewrites it.
 	if n.MasterPID() == 0 {

@@ -33,6 +33,7 @@ func (n *Ctl) LogMark() int64 { return fileSize(n.ErrorLog) }
 // which name the file and the reason (e.g. "Permission denied").
 func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 	if n.ProbeURL == "" {
+		n.previous = generation0{}
 		return nil
 	}
 	main, err := os.ReadFile(n.MainConfig)
@@ -42,6 +43,7 @@ func (n *Ctl) SelfTest(ctx context.Context, mark int64) error {
 		if n.Log != nil {
 			n.Log.Warn("the running config has no self-probe listener; not probed", "config", n.MainConfig)
 		}
+		n.previous = generation0{}
 		return nil
 	}
 	want, url := "ok", n.ProbeURL
@@ -184,10 +186,13 @@ func (n *Ctl) probeOnce(ctx context.Context, client *http.Client, url, want stri
 	if resp.StatusCode == http.StatusOK && text == want {
 		return nil
 	}
-	if resp.StatusCode == http.StatusOK && strings.HasPrefix(text, "ok") {
-		// Healthy, but the previous generation: its workers accept until
-		// they take the master's signal to leave.
-		return fmt.Errorf("%w (%q, want %q)", errOldGeneration, text, want)
+	if want != "ok" && resp.StatusCode != http.StatusInternalServerError {
+		// Not the probe's own failure report: a worker of the previous
+		// configuration answered (with its generation, or, where the
+		// template listens on the port by wildcard and nginx binds only
+		// that, from its default server). It accepts until it takes the
+		// master's signal to leave.
+		return fmt.Errorf("%w (%d %q, want %q)", errOldGeneration, resp.StatusCode, text, want)
 	}
 	return fmt.Errorf("GET %s answered %d: %s", url, resp.StatusCode, strings.ReplaceAll(text, "\n", "; "))
 }

@@ -143,6 +143,11 @@ type tarMembers struct{ r *tar.Reader }
 
 func (t tarMembers) next() (entry, io.Reader, error) {
 	h, err := t.r.Next()
+	// A pax global header (git archive writes one) is metadata about the
+	// archive, not a member.
+	for err == nil && h.Typeflag == tar.TypeXGlobalHeader {
+		h, err = t.r.Next()
+	}
 	if err == io.EOF {
 		return entry{}, nil, io.EOF
 	}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/testhook"
@@ -33,11 +34,30 @@ type ControlPlane interface {
 	PagesPackage(ctx context.Context, project uint64, size int64, w io.Writer) (int64, error)
 }
 
-// Syncer deploys Pages projects under Dir (pages_dir).
+// Syncer deploys Pages projects under Dir (pages_dir). One goroutine uses
+// it (the agent's Pages loop).
 type Syncer struct {
 	Dir string
 	CP  ControlPlane
 	Log *slog.Logger
+
+	// failed holds the deployments that failed, so the same package (up
+	// to 2 GiB) is not downloaded again at every check: it waits, longer
+	// each time, unless E7 names something else.
+	failed map[uint64]failure
+}
+
+type failure struct {
+	meta  protocol.PagesMeta
+	n     int
+	until time.Time
+	err   error
+}
+
+// retryAfter is how long the n-th failure of one deployment waits: one
+// minute, doubling, at most an hour.
+func retryAfter(n int) time.Duration {
+	return min(time.Minute<<min(n-1, 6), time.Hour)
 }
 
 // markerName is the file a complete release carries (PROTOCOL 9.2 step 6).
@@ -79,6 +99,36 @@ func (s *Syncer) project(ctx context.Context, id uint64) error {
 	if err := atomicfile.MkdirAll(releases, dirMode); err != nil {
 		return err
 	}
+	if f, ok := s.failed[id]; ok && f.meta == meta && time.Now().Before(f.until) {
+		return fmt.Errorf("%w (failed %d times; next try after %s)", f.err, f.n, f.until.Format(time.RFC3339))
+	}
+	final, err := s.deploy(ctx, meta, releases)
+	if err != nil {
+		if s.failed == nil {
+			s.failed = map[uint64]failure{}
+		}
+		f := s.failed[id]
+		if f.meta != meta {
+			f = failure{meta: meta}
+		}
+		f.n++
+		f.until, f.err = time.Now().Add(retryAfter(f.n)), err
+		s.failed[id] = f
+		return err
+	}
+	delete(s.failed, id)
+	testhook.Crash("pages-before-switch")
+	if err := switchCurrent(dir, final.Hash); err != nil {
+		return err
+	}
+	s.cleanup(dir, final.Hash)
+	return nil
+}
+
+// deploy makes releases/<hash> a complete release of the active
+// deployment, downloading it unless it is there already, and returns the
+// deployment it deployed (another one when it changed meanwhile).
+func (s *Syncer) deploy(ctx context.Context, meta protocol.PagesMeta, releases string) (protocol.PagesMeta, error) {
 	if !ready(filepath.Join(releases, meta.Hash), meta) {
 		for try := 1; ; try++ {
 			next, err := s.fetch(ctx, meta, releases)
@@ -87,18 +137,13 @@ func (s *Syncer) project(ctx context.Context, id uint64) error {
 			}
 			var race *raceError
 			if !errors.As(err, &race) || try == attempts {
-				return err
+				return meta, err
 			}
-			s.log().Info("pages deployment changed during the download; fetching again", "project", id, "why", race.why)
+			s.log().Info("pages deployment changed during the download; fetching again", "project", meta.ProjectID, "why", race.why)
 			meta = next
 		}
 	}
-	testhook.Crash("pages-before-switch")
-	if err := switchCurrent(dir, meta.Hash); err != nil {
-		return err
-	}
-	s.cleanup(dir, meta.Hash)
-	return nil
+	return meta, nil
 }
 
 func (s *Syncer) log() *slog.Logger {
@@ -340,14 +385,22 @@ func copyCurrent(dir, target string) error {
 		}
 		return os.Chmod(p, 0o644)
 	}); err != nil {
+		os.RemoveAll(tmp)
 		return err
 	}
+	moved := false
 	if _, err := os.Lstat(cur); err == nil {
 		if err := os.Rename(cur, prev); err != nil {
+			os.RemoveAll(tmp)
 			return err
 		}
+		moved = true
 	}
 	if err := os.Rename(tmp, cur); err != nil {
+		if moved {
+			os.Rename(prev, cur)
+		}
+		os.RemoveAll(tmp)
 		return err
 	}
 	return os.RemoveAll(prev)

@@ -32,6 +32,9 @@ type State struct {
 	// PagesError is why Pages projects failed to deploy, each named; empty
 	// once they all deploy.
 	PagesError string
+	// PagesProjects lists the Pages projects of the version in force
+	// ("3,7"), so a restart checks them again before any apply runs.
+	PagesProjects string
 }
 
 // file is the on-disk layout, flat as upstream's agent-state.json keeps
@@ -51,6 +54,7 @@ type file struct {
 	ProbeError        string `json:"probe_error,omitempty"`
 	Workers           string `json:"nginx_workers,omitempty"`
 	PagesError        string `json:"pages_error,omitempty"`
+	PagesProjects     string `json:"pages_projects,omitempty"`
 }
 
 // MarshalJSON writes the flat layout.
@@ -60,7 +64,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		BlockedVersion: s.Blocked.Version, BlockedChecksum: s.Blocked.Checksum, BlockedReason: s.BlockedReason,
 		LastError: s.LastError, OpenRestyStatus: s.OpenRestyStatus, OpenRestyMessage: s.OpenRestyMessage,
 		LastHeartbeatUnix: s.LastHeartbeatUnix, Channel: s.Channel, ProbeError: s.ProbeError, Workers: s.Workers,
-		PagesError: s.PagesError,
+		PagesError: s.PagesError, PagesProjects: s.PagesProjects,
 	})
 }
 
@@ -75,7 +79,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		Blocked: protocol.ConfigRef{Version: f.BlockedVersion, Checksum: f.BlockedChecksum}, BlockedReason: f.BlockedReason,
 		LastError: f.LastError, OpenRestyStatus: f.OpenRestyStatus, OpenRestyMessage: f.OpenRestyMessage,
 		LastHeartbeatUnix: f.LastHeartbeatUnix, Channel: f.Channel, ProbeError: f.ProbeError, Workers: f.Workers,
-		PagesError: f.PagesError,
+		PagesError: f.PagesError, PagesProjects: f.PagesProjects,
 	}
 	return nil
 }

@@ -265,6 +265,7 @@ func (l *Load) download(ctx context.Context, o Options) {
 		if err != nil {
 			if ctx.Err() == nil {
 				l.fail(false, "GET %s: %v", o.Download, err)
+				time.Sleep(10 * time.Millisecond)
 			}
 			continue
 		}
