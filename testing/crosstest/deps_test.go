@@ -257,12 +257,15 @@ func importChain(byPath map[string]*pkg, main, target string) []string {
 }
 
 // arm64SizeBudget is what the linux/arm64 release binary may weigh. It was
-// the deployment issue's 6.5 MiB until Pages: the six archive formats the
-// server accepts (zip, tar, gzip and bzip2 from the standard library, and
-// this module's xz and 7z readers with their LZMA decoder) add 0.44 MiB, for
-// 6.88 MiB with Go 1.26. regexp and os/user are still kept out of the
+// the deployment issue's 6.5 MiB until Pages and the whole WAF. The six
+// archive formats the server accepts (zip, tar, gzip and bzip2 from the
+// standard library, this module's xz and 7z readers with their LZMA
+// decoder) added 0.44 MiB; the proof-of-work page, its scripts and the
+// ua_check/security_check Lua (embedded as they are, about 0.13 MiB) and
+// the GeoIP maintenance with the finished MMDB reader about 0.05 MiB more:
+// 7.06 MiB with Go 1.26. regexp and os/user are still kept out of the
 // agent's own code, and net/http's HTTP/2 is built out.
-const arm64SizeBudget = 7.0 * (1 << 20)
+const arm64SizeBudget = 7.25 * (1 << 20)
 
 // The linux/arm64 release binary stays within budget. Edge boxes keep the
 // binary in small flash; watch this number grow.
