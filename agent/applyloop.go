@@ -12,10 +12,10 @@ import (
 )
 
 // work is what the apply goroutine has been asked to do. Applies take
-// seconds (nginx -t twice and a reload), so they run apart from the
-// channels: heartbeats keep flowing while one is under way. Requests that
-// arrive meanwhile merge: only the newest target matters, and a startup or
-// force sync is never downgraded to a normal one.
+// seconds (nginx -t and a reload, each a parse of the whole config), so
+// they run apart from the channels: heartbeats keep flowing while one is
+// under way. Requests that arrive meanwhile merge: only the newest target
+// matters, and a startup or force sync is never downgraded to a normal one.
 type work struct {
 	apply     bool
 	target    *protocol.ConfigRef
