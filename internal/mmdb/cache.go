@@ -4,13 +4,13 @@ import (
 	"sync/atomic"
 )
 
-// codeCache is a direct-mapped cache from a record's offset to its
-// country.iso_code when that is absent or two upper-case letters, as in
-// every GeoIP database, shared by every goroutine without locks: each slot
-// is one atomic word, (offset+1)<<32 | code, where code is the index of the
-// code in upperPairs or noCode. A lookup that finds its record here skips
-// the walk through the record (a City record has some twenty values before
-// country.iso_code). Codes that are not two letters are not cached.
+// codeCache is a direct-mapped cache from a record's offset to one of its
+// ISO codes (country.iso_code, or subdivisions[0].iso_code) when that is
+// absent or one to three upper-case letters and digits, as in every GeoIP
+// database, shared by every goroutine without locks: each slot is one atomic
+// word, (offset+1)<<32 | packed code (see packCode). A lookup that finds its
+// record here skips the walk through the record (a City record has some
+// twenty values before country.iso_code, and more before subdivisions).
 type codeCache struct {
 	slots []atomic.Uint64
 }
@@ -31,33 +31,84 @@ func (c *codeCache) slot(off int) *atomic.Uint64 {
 	return &c.slots[h>>(32-12)]
 }
 
+// get returns the code cached for the record at off ("" when it has none).
 func (c *codeCache) get(off int) (string, bool) {
 	v := c.slot(off).Load()
 	if v>>32 != uint64(off)+1 {
 		return "", false
 	}
-	i := int(v & 0xffff)
-	if i == noCode {
-		return "", true
-	}
-	return upperPairs[i : i+2], true
+	return unpackCode(uint16(v)), true
 }
 
-// put remembers code, the country.iso_code of the record at off as stored
-// (nil when absent), when it is absent or two upper-case letters.
+// put remembers code, as stored in the record at off (nil when absent),
+// when packCode can pack it.
 func (c *codeCache) put(off int, code []byte) {
 	if uint64(off)+1 >= 1<<32 {
 		return
 	}
-	i := noCode
-	switch {
-	case code == nil:
-	case len(code) == 2 && code[0] >= 'A' && code[0] <= 'Z' && code[1] >= 'A' && code[1] <= 'Z':
-		i = (int(code[0]-'A')*26 + int(code[1]-'A')) * 2
-	default:
+	p, ok := packCode(code)
+	if !ok {
 		return
 	}
-	c.slot(off).Store((uint64(off)+1)<<32 | uint64(i))
+	c.slot(off).Store((uint64(off)+1)<<32 | uint64(p))
+}
+
+// codeDigit maps 0-9 and A-Z to 1-36 (0 is "no character").
+func codeDigit(c byte) (uint16, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return uint16(c-'0') + 1, true
+	case c >= 'A' && c <= 'Z':
+		return uint16(c-'A') + 11, true
+	}
+	return 0, false
+}
+
+// packCode packs nil as noCode, and a code of one to three upper-case
+// letters and digits as three base-37 digits, left-aligned (at most 50652).
+func packCode(code []byte) (uint16, bool) {
+	if code == nil {
+		return noCode, true
+	}
+	if len(code) == 0 || len(code) > 3 {
+		return 0, false
+	}
+	var v uint16
+	for i := range 3 {
+		var d uint16
+		if i < len(code) {
+			var ok bool
+			if d, ok = codeDigit(code[i]); !ok {
+				return 0, false
+			}
+		}
+		v = v*37 + d
+	}
+	return v, true
+}
+
+const codeChars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+// unpackCode returns the code packCode packed into v, without allocating:
+// two letters from upperPairs, anything else through intern.
+func unpackCode(v uint16) string {
+	if v == noCode {
+		return ""
+	}
+	var b [3]byte
+	n := 0
+	for _, d := range [3]uint16{v / (37 * 37), v / 37 % 37, v % 37} {
+		if d == 0 {
+			break
+		}
+		b[n] = codeChars[d-1]
+		n++
+	}
+	if n == 2 && b[0] >= 'A' && b[1] >= 'A' {
+		i := (int(b[0]-'A')*26 + int(b[1]-'A')) * 2
+		return upperPairs[i : i+2]
+	}
+	return intern(b[:n])
 }
 
 // maxIntern is the length up to which strings returned by the path lookups

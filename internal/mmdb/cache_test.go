@@ -201,3 +201,49 @@ func TestSkipFastPath(t *testing.T) {
 		}
 	}
 }
+
+func TestPackCode(t *testing.T) {
+	codes := []string{""}
+	for _, a := range codeChars {
+		codes = append(codes, string(a))
+		for _, b := range codeChars {
+			codes = append(codes, string(a)+string(b))
+			for _, c := range codeChars {
+				codes = append(codes, string(a)+string(b)+string(c))
+			}
+		}
+	}
+	seen := map[uint16]string{}
+	for _, c := range codes {
+		v, ok := packCode([]byte(c))
+		if c == "" {
+			// An empty code is not packed; an absent one (nil) is.
+			if ok {
+				t.Fatalf("packCode(%q) = %d", c, v)
+			}
+			continue
+		}
+		if !ok || v == noCode || unpackCode(v) != c {
+			t.Fatalf("packCode(%q) = %d, %v; unpacks to %q", c, v, ok, unpackCode(v))
+		}
+		if prev, dup := seen[v]; dup {
+			t.Fatalf("%q and %q both pack to %d", prev, c, v)
+		}
+		seen[v] = c
+	}
+	if v, ok := packCode(nil); !ok || v != noCode || unpackCode(v) != "" {
+		t.Errorf("packCode(nil) = %d, %v", v, ok)
+	}
+	for _, c := range []string{"us", "ABCD", "A-1", "É", "A B"} {
+		if v, ok := packCode([]byte(c)); ok {
+			t.Errorf("packCode(%q) = %d", c, v)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		for _, v := range []uint16{1, 500, 50652} {
+			unpackCode(v)
+		}
+	}); n != 0 {
+		t.Errorf("unpackCode allocates %v times", n)
+	}
+}

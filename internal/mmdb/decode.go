@@ -412,28 +412,24 @@ func (s section) isoCode(rec int, field string, budget *int) ([]byte, error) {
 	return s.isoOf(off, budget)
 }
 
-// subdivisionCode returns rec.subdivisions[0].iso_code in upper case, or ""
+// subdivisionCode returns rec.subdivisions[0].iso_code as stored, or nil
 // when any step is absent.
-func (s section) subdivisionCode(rec int, budget *int) (string, error) {
+func (s section) subdivisionCode(rec int, budget *int) ([]byte, error) {
 	off, ok, err := s.mapValue(rec, "subdivisions", budget)
 	if err != nil || !ok {
-		return "", err
+		return nil, err
 	}
 	h, err := s.resolve(off)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if h.kind != kindArray {
-		return "", errAt(off, "subdivisions is a %s, not an array", h.kind)
+		return nil, errAt(off, "subdivisions is a %s, not an array", h.kind)
 	}
 	if h.size == 0 {
-		return "", nil
+		return nil, nil
 	}
-	code, err := s.isoOf(h.start, budget)
-	if err != nil || code == nil {
-		return "", err
-	}
-	return isoString(code), nil
+	return s.isoOf(h.start, budget)
 }
 
 // isoOf returns the iso_code of the map at off as stored, or nil when it has

@@ -52,11 +52,11 @@
 //
 //   - Country and CountryAndSubdivision, the WAF's lookups: a tree walk and
 //     the decoding of one path, with no allocation. Two kinds of small
-//     lock-free caches (direct-mapped tables of atomic words, 96 KiB per
+//     lock-free caches (direct-mapped tables of atomic words, 128 KiB per
 //     Reader) serve repeated clients: the tree node that the first 16 bits
 //     of an IPv4 address, or the first 32 of an IPv6 one, lead to, which
-//     saves the first steps of the walk, and the country code of each
-//     recently used record, which saves decoding it.
+//     saves the first steps of the walk, and the country and subdivision
+//     codes of recently used records, which saves decoding them.
 //   - LookupString, LookupPath and LookupNetwork, for any path into a
 //     record ("country", "iso_code"; "subdivisions", "0", "iso_code"),
 //     decoding only the value named; short strings are interned.

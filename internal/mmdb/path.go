@@ -134,8 +134,9 @@ func (r *Reader) LookupString(ip netip.Addr, path ...string) (string, bool, erro
 		if err == nil {
 			if !ok {
 				r.codes.put(off, nil)
-			} else if len(s) == 2 {
-				r.codes.put(off, []byte{s[0], s[1]})
+			} else if len(s) <= 3 {
+				var b [3]byte
+				r.codes.put(off, b[:copy(b[:], s)])
 			}
 		}
 		return s, ok, err

@@ -53,8 +53,9 @@ type Reader struct {
 	// fewer when it ended early at a data or "no data" record.
 	ipv4Depth int
 
-	// codes remembers the country code of recently used records.
-	codes codeCache
+	// codes and subdivisions remember the country and subdivision codes
+	// of recently used records.
+	codes, subdivisions codeCache
 	// v4Nodes and v6Nodes remember where the first bits of recently seen
 	// addresses lead in the tree.
 	v4Nodes, v6Nodes nodeCache
@@ -160,15 +161,16 @@ func FromBytes(b []byte) (*Reader, error) {
 			nodes, treeSize, markerAt)
 	}
 	r := &Reader{
-		meta:       meta,
-		tree:       b[:treeSize],
-		separator:  b[treeSize : treeSize+16],
-		data:       section(b[treeSize+16 : markerAt]),
-		nodeCount:  uint32(nodes),
-		recordSize: int(meta.RecordSize),
-		codes:      newCodeCache(),
-		v4Nodes:    newNodeCache(16),
-		v6Nodes:    newNodeCache(32),
+		meta:         meta,
+		tree:         b[:treeSize],
+		separator:    b[treeSize : treeSize+16],
+		data:         section(b[treeSize+16 : markerAt]),
+		nodeCount:    uint32(nodes),
+		recordSize:   int(meta.RecordSize),
+		codes:        newCodeCache(),
+		subdivisions: newCodeCache(),
+		v4Nodes:      newNodeCache(16),
+		v6Nodes:      newNodeCache(32),
 	}
 	r.ipv4Start, r.ipv4Depth = r.findIPv4Start()
 	return r, nil
@@ -224,11 +226,19 @@ func (r *Reader) codesAt(off int) (country, subdivision string, err error) {
 	if country, err = r.countryAt(off); err != nil {
 		return "", "", err
 	}
+	if sub, ok := r.subdivisions.get(off); ok {
+		return country, sub, nil
+	}
 	budget := maxItems
-	if subdivision, err = r.data.subdivisionCode(off, &budget); err != nil {
+	code, err := r.data.subdivisionCode(off, &budget)
+	if err != nil {
 		return "", "", err
 	}
-	return country, subdivision, nil
+	r.subdivisions.put(off, code)
+	if code == nil {
+		return country, "", nil
+	}
+	return country, isoString(code), nil
 }
 
 // countryAt returns the upper-case country code of the record at off,
