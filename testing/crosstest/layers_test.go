@@ -22,9 +22,10 @@ var (
 	// Only agent/nginx starts processes (nginx -V, -t, the master).
 	processOwners = []string{"agent/nginx"}
 	// Packages that open sockets: the server's two channels, node-IP
-	// detection, and the named loopback probes (observability's
-	// stub_status read, nginx's self-probe).
-	socketOwners = []string{"agent/controlplane", "agent/wsclient", "agent/nodeip", "agent/observability", "agent/nginx"}
+	// detection, the GeoIP downloads from agent.json's URLs, and the named
+	// loopback probes (observability's stub_status read, nginx's
+	// self-probe).
+	socketOwners = []string{"agent/controlplane", "agent/wsclient", "agent/nodeip", "agent/observability", "agent/nginx", "agent/geoip"}
 	socketPkgs   = []string{"net", "net/http", "crypto/tls", "golang.org/x/net/websocket"}
 )
 
