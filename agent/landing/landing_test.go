@@ -375,3 +375,45 @@ func TestWriteConfigBeforeRuntime(t *testing.T) {
 		}
 	}
 }
+
+// A configured directory that is itself a link (cert_dir pointing
+// elsewhere, the owner's choice) is a root: it is kept, its files are
+// backed up and rewritten in place, never treated as a link inside the tree.
+func TestConfiguredDirLinkKept(t *testing.T) {
+	root := t.TempDir()
+	p := testPaths(root)
+	elsewhere := filepath.Join(root, "elsewhere-certs")
+	os.MkdirAll(elsewhere, 0o755)
+	os.WriteFile(filepath.Join(elsewhere, "9.crt"), []byte("OLD"), 0o644)
+	os.MkdirAll(filepath.Dir(p.CertDir), 0o755)
+	if err := os.Symlink(elsewhere, p.CertDir); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Plan(p, "MAIN", "ROUTE", []protocol.SupportFile{{Path: "9.crt", Content: "NEW"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched, err := set.Touched()
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn, err := Begin(filepath.Join(root, "backup"), protocol.ConfigRef{Version: "v1", Checksum: "c1"}, protocol.ConfigRef{Version: "v2", Checksum: "c2"}, touched, set.Managed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Write(nil); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(p.CertDir); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("the configured cert_dir link was replaced: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(elsewhere, "9.crt")); string(b) != "NEW" {
+		t.Fatalf("certificate not written through the configured dir: %q", b)
+	}
+	if err := txn.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(elsewhere, "9.crt")); string(b) != "OLD" {
+		t.Fatalf("the restore did not bring the old certificate back: %q", b)
+	}
+}

@@ -189,13 +189,25 @@ func (s *Set) Touched() ([]string, error) {
 func (s *Set) foreign(want map[string]bool) ([]string, error) {
 	var out []string
 	for _, dir := range s.Managed {
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		// A managed directory may itself be a link the owner configured
+		// (cert_dir elsewhere): walk what it points at, never count the
+		// link as a foreign file.
+		walkRoot := dir
+		if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+			walkRoot = resolved
+		}
+		err := filepath.WalkDir(walkRoot, func(p string, d fs.DirEntry, err error) error {
 			if os.IsNotExist(err) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
+			rel, rerr := filepath.Rel(walkRoot, p)
+			if rerr != nil {
+				return rerr
+			}
+			p = filepath.Join(dir, rel)
 			if !d.IsDir() && !want[p] {
 				out = append(out, p)
 			}

@@ -367,3 +367,45 @@ func TestFormatsFromRealTools(t *testing.T) {
 		})
 	}
 }
+
+// A pax global header (git archive writes one) is metadata, not a member;
+// a deployment that failed is not downloaded again until it waited or E7
+// names another one.
+func TestGitArchiveAndFailureBackoff(t *testing.T) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "abc123"}, Format: tar.FormatPAX})
+	tw.WriteHeader(&tar.Header{Name: "site/index.html", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
+	tw.Write([]byte("hi"))
+	tw.Close()
+	dir := t.TempDir()
+	cp := &fakeCP{}
+	downloads := 0
+	cp.after = func() { downloads++ }
+	cp.deploy(gzipBytes(b.Bytes()), []member{{name: "index.html", body: "hi"}})
+	s := &Syncer{Dir: dir, CP: cp}
+	if err := s.Reconcile(context.Background(), []uint64{3}); err != nil {
+		t.Fatalf("git archive package: %v", err)
+	}
+	if got := read(t, filepath.Join(dir, "projects", "3", "current", "index.html")); got != "hi" {
+		t.Fatalf("index.html = %q", got)
+	}
+
+	bad := []member{{name: "index.html", link: "/etc/passwd"}}
+	cp.deploy(tarBytes(t, bad), bad)
+	cp.meta.FileCount = 1
+	downloads = 0
+	for range 3 {
+		if err := s.Reconcile(context.Background(), []uint64{3}); err == nil {
+			t.Fatal("a refused package deployed")
+		}
+	}
+	if downloads != 1 {
+		t.Fatalf("the failed deployment was downloaded %d times in a row", downloads)
+	}
+	good := []member{{name: "index.html", body: "ok"}}
+	cp.deploy(tarBytes(t, good), good)
+	if err := s.Reconcile(context.Background(), []uint64{3}); err != nil {
+		t.Fatalf("the next deployment waited for the failed one: %v", err)
+	}
+}
