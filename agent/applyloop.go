@@ -83,32 +83,35 @@ func (a *Agent) applyLoop(ctx context.Context) {
 			return
 		case <-a.work.wake:
 		}
+		before := allocated()
 		a.runWork(a.work.take(), ctx)
-		releaseMemory()
+		releaseMemory(before)
 	}
 }
 
-// releaseMemory hands the heap an apply or an IP-group landing grew to back
-// to the system at once. A node at rest needs a few MiB; an apply of a
-// thousand routes, or a group of 100 000 entries, briefly needs tens, and
-// the runtime's scavenger would take minutes to return them: on a 128 MiB
-// router that is memory nginx could use. It acts only when that much is
-// held (work that changed nothing, as most beats' is, leaves it alone): a
-// forced collection every beat would be most of the agent's idle CPU.
-func releaseMemory() {
-	s := []metrics.Sample{
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-	}
-	metrics.Read(s)
-	objects, live, free := s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
-	if objects-min(live, objects)+free > releaseAbove {
+// releaseMemory hands the heap a piece of work grew to back to the system
+// at once, when that work allocated much (an apply of a thousand routes, a
+// group of 100 000 entries: tens of MiB briefly). A node at rest needs a
+// few MiB, and the runtime's scavenger would take minutes to return the
+// rest: on a 128 MiB router that is memory nginx could use. Work that
+// allocated little (most beats queue a no-op apply check) leaves it alone:
+// a forced collection each time would be most of the agent's idle CPU.
+// since is allocated() before the work.
+func releaseMemory(since uint64) {
+	if allocated()-since > releaseAbove {
 		debug.FreeOSMemory()
 	}
 }
 
-// releaseAbove is the garbage plus free heap worth giving back at once.
+// allocated is the bytes allocated on the heap since the process began.
+func allocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// releaseAbove is how much a piece of work must have allocated for its
+// memory to be handed back at once.
 const releaseAbove = 4 << 20
 
 func (a *Agent) runWork(w work, parent context.Context) {

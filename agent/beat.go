@@ -135,11 +135,12 @@ func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
 	if len(groups) == 0 {
 		return
 	}
+	before := allocated()
 	res, err := a.ipg.Push(groups)
 	a.logIPGroups("pushed", res.Landed, res.Rejected, err)
 	if len(res.Landed) > 0 {
 		a.beatSoon()
-		releaseMemory()
+		releaseMemory(before)
 	}
 }
 

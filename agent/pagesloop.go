@@ -86,11 +86,12 @@ func (a *Agent) pagesLoop(ctx context.Context) {
 		a.pagesWork.mu.Unlock()
 		msg := ""
 		if len(ids) > 0 {
+			before := allocated()
 			if err := a.pages.Reconcile(ctx, ids); err != nil && ctx.Err() == nil {
 				msg = err.Error()
 				a.log.Error("pages deployment", "err", err)
 			}
-			releaseMemory()
+			releaseMemory(before)
 		}
 		// Cleared too when the version in force has no Pages project left.
 		if st := a.store.Get(); st.PagesError != msg && ctx.Err() == nil {
