@@ -39,8 +39,6 @@ var (
 	idleIPs    = flag.Int("idle-ips", 100_000, "IP-group entries of the config at rest")
 )
 
-const downloadSize = 5 << 20
-
 func main() {
 	flag.Parse()
 	bin, err := filepath.Abs(*agentBin)
@@ -210,7 +208,7 @@ func underLoad(bin, origin string, routes int, emit func(string, string, string)
 	master := masterPID(n)
 	load := loadgen.Start(context.Background(), loadgen.Options{
 		Addr: "127.0.0.1:80", Host: "r0.bench", Path: "/", Rate: *loadRate, Conns: 16,
-		Download: "/big", DownloadSize: downloadSize, Downloads: 3,
+		Download: "/big", DownloadSize: loadgen.DownloadSize, Downloads: 3,
 	})
 	began := time.Now()
 	for i := 1; i <= *publishes; i++ {
@@ -256,25 +254,9 @@ func atRest(bin, origin string, emit func(string, string, string)) {
 	emit("agent RSS at rest, large config", benchkit.MiB(benchkit.RSS(pid)), benchkit.RSSParts(pid)+"; target ≤ 12 MiB")
 }
 
-// startOrigin answers "gen <N>" for /gen<N>…, and 5 MiB over about a
-// second and a half for a path ending in "big".
+// startOrigin serves loadgen's origin on loopback.
 func startOrigin() string {
-	chunk := []byte(strings.Repeat("x", 64<<10))
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "big") {
-			w.Header().Set("Content-Length", strconv.Itoa(downloadSize))
-			for sent := 0; sent < downloadSize; sent += len(chunk) {
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-				w.(http.Flusher).Flush()
-				time.Sleep(20 * time.Millisecond)
-			}
-			return
-		}
-		gen, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/gen"), "/")
-		fmt.Fprintf(w, "gen %s", gen)
-	})}
+	srv := &http.Server{Handler: loadgen.Origin()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		benchkit.Fatal(err)

@@ -75,19 +75,7 @@ func TestIPGroupOneMillionEntries(t *testing.T) {
 	// race build takes some 20 s over a million entries).
 	n.bin = plainAgentBinary(t)
 	n.start()
-	var nodeID string
-	testsupport.WaitFor(t, 30*time.Second, "the node to register", func() bool {
-		for _, nd := range cp.Nodes() {
-			if nd.Heartbeats > 0 {
-				nodeID = nd.NodeID
-				return true
-			}
-		}
-		return false
-	})
-	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, true); err != nil {
-		t.Fatalf("websocket never connected: %v\n%s", err, n.tail())
-	}
+	n.waitConnected()
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "big.test", "/", "origin-ok v1")
 	testsupport.WaitFor(t, 30*time.Second, "the snapshot to hold group 9", func() bool { return n.ipChecksum(9) != "" })

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,30 +12,10 @@ import (
 	"github.com/openflare/openflare-agent/testing/loadgen"
 )
 
-// downloadSize is the large object slow clients fetch during applies.
-const downloadSize = 5 << 20
-
-// slowOrigin answers "gen <N>" under /gen<N>, and a 5 MiB body for a
-// path ending in "big", sent over about a second and a half so that downloads are in
-// flight when reloads come.
+// slowOrigin is loadgen's origin on a test server.
 func slowOrigin(t *testing.T) string {
 	t.Helper()
-	chunk := []byte(strings.Repeat("x", 64<<10))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "big") {
-			w.Header().Set("Content-Length", fmt.Sprint(downloadSize))
-			for sent := 0; sent < downloadSize; sent += len(chunk) {
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-				w.(http.Flusher).Flush()
-				time.Sleep(20 * time.Millisecond)
-			}
-			return
-		}
-		gen, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/gen"), "/")
-		fmt.Fprintf(w, "gen %s", gen)
-	}))
+	srv := httptest.NewServer(loadgen.Origin())
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -60,7 +38,7 @@ func TestAppliesUnderLoadDropNothing(t *testing.T) {
 
 	load := loadgen.Start(context.Background(), loadgen.Options{
 		Addr: "127.0.0.1:80", Host: "load.test", Path: "/", Rate: 200, Conns: 8,
-		Download: "/big", DownloadSize: downloadSize, Downloads: 2,
+		Download: "/big", DownloadSize: loadgen.DownloadSize, Downloads: 2,
 	})
 	for gen := 1; gen <= 5; gen++ {
 		v := publish(t, cp, src(gen))

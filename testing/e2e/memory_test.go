@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/benchkit"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/testsupport"
 )
@@ -17,26 +18,6 @@ import (
 // rssCeilingKiB is the figure the agent must hold with memory_limit 32 MiB
 // whatever the server sends: a 128 MiB router keeps the rest for nginx.
 const rssCeilingKiB = 48 << 10
-
-// statusKiB reads one "Name:  N kB" line of /proc/<pid>/status.
-func statusKiB(t *testing.T, pid int, name string) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %q: %v", name, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", name, pid)
-	return 0
-}
 
 // ipList is n distinct IPv4 addresses in 10.0.0.0/8 and beyond, sorted as
 // the server sorts them.
@@ -72,7 +53,7 @@ func TestMemoryBoundedUnderHostileReplies(t *testing.T) {
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "mem.test", "/", "origin-ok v1")
 	phase := func(name string) {
-		t.Logf("%-40s VmHWM %6.1f MiB, VmRSS %6.1f MiB", name, float64(statusKiB(t, pid, "VmHWM"))/1024, float64(statusKiB(t, pid, "VmRSS"))/1024)
+		t.Logf("%-40s VmHWM %6.1f MiB, VmRSS %6.1f MiB", name, float64(benchkit.StatusKiB(pid, "VmHWM:"))/1024, float64(benchkit.StatusKiB(pid, "VmRSS:"))/1024)
 	}
 	phase("serving v1")
 
@@ -127,7 +108,7 @@ func TestMemoryBoundedUnderHostileReplies(t *testing.T) {
 	waitApplyLog(t, cp, v5.Version, protocol.ResultSuccess)
 	phase("v5 applied beside the refused group")
 
-	if hwm := statusKiB(t, pid, "VmHWM"); hwm > rssCeilingKiB {
+	if hwm := benchkit.StatusKiB(pid, "VmHWM:"); hwm > rssCeilingKiB {
 		t.Fatalf("peak RSS %.1f MiB, over %d MiB", float64(hwm)/1024, rssCeilingKiB>>10)
 	}
 	if k := oomKills(); k != 0 {

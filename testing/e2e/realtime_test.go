@@ -29,6 +29,14 @@ func connectedNode(t *testing.T, cp *controlplane.Server) (*node, string) {
 	t.Helper()
 	n := newNode(t, cp, nil)
 	n.start()
+	return n, n.waitConnected()
+}
+
+// waitConnected waits until the started node registered and its WebSocket
+// is up, and returns its node id.
+func (n *node) waitConnected() string {
+	t, cp := n.t, n.cp
+	t.Helper()
 	var nodeID string
 	testsupport.WaitFor(t, 30*time.Second, "the node to register", func() bool {
 		for _, nd := range cp.Nodes() {
@@ -42,7 +50,7 @@ func connectedNode(t *testing.T, cp *controlplane.Server) (*node, string) {
 	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, true); err != nil {
 		t.Fatalf("websocket never connected: %v\n%s", err, n.tail())
 	}
-	return n, nodeID
+	return nodeID
 }
 
 // A publish while the WebSocket is up applies within a second, without

@@ -12,12 +12,15 @@ package loadgen
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -282,4 +285,29 @@ func (l *Load) download(ctx context.Context, o Options) {
 			l.count(func(r *Result) { r.Downloads++ })
 		}
 	}
+}
+
+// DownloadSize is the large object Origin serves.
+const DownloadSize = 5 << 20
+
+// Origin is a backend for applies under load: "gen <N>" for a path under
+// /gen<N>, and DownloadSize bytes sent over about a second and a half for
+// a path ending in "big", so downloads are in flight when reloads come.
+func Origin() http.Handler {
+	chunk := bytes.Repeat([]byte{'x'}, 64<<10)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "big") {
+			w.Header().Set("Content-Length", strconv.Itoa(DownloadSize))
+			for sent := 0; sent < DownloadSize; sent += len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(20 * time.Millisecond)
+			}
+			return
+		}
+		gen, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/gen"), "/")
+		fmt.Fprintf(w, "gen %s", gen)
+	})
 }
