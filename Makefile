@@ -13,7 +13,7 @@ GOBUILD := CGO_ENABLED=0 go build -tags $(RELEASE_TAGS) -trimpath -ldflags='$(LD
 
 # Debian packages the tests and the demo need: a real nginx with the Lua
 # module stands in for OpenResty; unshare comes from util-linux.
-DEB_PACKAGES := nginx libnginx-mod-http-lua lua-resty-core lua-cjson util-linux iproute2 ca-certificates curl git gcc libc6-dev qemu-user-static busybox xz-utils 7zip bzip2 zip mmdb-bin libmaxmind-db-writer-perl
+DEB_PACKAGES := nginx libnginx-mod-http-lua lua-resty-core lua-cjson util-linux iproute2 ca-certificates curl git gcc libc6-dev qemu-user-static busybox xz-utils 7zip bzip2 zip mmdb-bin libmaxmind-db-writer-perl chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build deps test vet demo bench clean

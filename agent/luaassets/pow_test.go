@@ -1,6 +1,7 @@
 package luaassets
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/testing/testsupport"
+	"golang.org/x/net/websocket"
 )
 
 const (
@@ -566,9 +570,11 @@ func TestPowWithoutLibcrypto(t *testing.T) {
 	}
 }
 
-// The page in a real browser: Chromium loads a guarded URL over plain http
-// (not a secure context, so the pure-JS worker runs), solves a
-// difficulty-2 challenge and lands on the origin.
+// The page in a real browser: headless Chromium, driven over the DevTools
+// protocol, loads a guarded URL over plain http (not a secure context, so
+// the pure-JS worker runs), solves a difficulty-2 challenge and lands on
+// the origin. A screenshot of the landed origin page is kept as a test
+// artefact (go test -artifacts; else a temp dir).
 func TestPowBrowser(t *testing.T) {
 	bin := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -586,23 +592,144 @@ func TestPowBrowser(t *testing.T) {
 		"bindings":    []obj{binding("demo", 2)},
 	})
 	r.start(r.powServer("demo.test", "demo"))
-	shot := filepath.Join(t.TempDir(), "pow.png")
-	if dir := os.Getenv("OPENFLARE_TEST_ARTIFACTS"); dir != "" {
-		shot = filepath.Join(dir, "pow-browser.png")
+
+	page := startChromium(t, bin, "--host-resolver-rules=MAP demo.test 127.0.0.1")
+	page.call("Page.navigate", obj{"url": "http://demo.test/guarded"})
+	body := ""
+	testsupport.WaitFor(t, 20*time.Second, "the browser to land on the origin", func() bool {
+		var res struct {
+			Result struct {
+				Value string `json:"value"`
+			} `json:"result"`
+		}
+		// Fails while a navigation replaces the document: not there yet.
+		if json.Unmarshal(page.call("Runtime.evaluate", obj{"expression": "location.href + ' ' + (document.body ? document.body.innerText.trim() : '')", "returnByValue": true}), &res) != nil {
+			return false
+		}
+		body = res.Result.Value
+		// The page first asked for, now with the origin's answer.
+		return body == "http://demo.test/guarded origin-ok"
+	})
+	// Only a request with a valid session reaches the origin.
+	if r.originHits.Load() == 0 {
+		t.Fatalf("the page shows %q but the origin got no request", body)
 	}
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP demo.test 127.0.0.1",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=30000"}
-	out, err := exec.Command(bin, append(args, "--dump-dom", "http://demo.test/guarded")...).CombinedOutput()
+	var shot struct {
+		Data []byte `json:"data"`
+	}
+	if err := json.Unmarshal(page.call("Page.captureScreenshot", obj{"format": "png"}), &shot); err != nil || len(shot.Data) == 0 {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(t.ArtifactDir(), "pow-landed.png")
+	if err := os.WriteFile(path, shot.Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the landed origin page: %s", path)
+}
+
+// devtools is a DevTools protocol session with one page of a headless
+// Chromium.
+type devtools struct {
+	t    *testing.T
+	ws   *websocket.Conn
+	next int
+}
+
+// startChromium starts headless Chromium with a fresh profile and returns
+// a session on its blank first page. The network flags keep it off the
+// network, which is closed here: it would otherwise try Google's hosts at
+// every start.
+func startChromium(t *testing.T, bin string, extra ...string) *devtools {
+	t.Helper()
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--window-size=800,450",
+		"--remote-debugging-port=0", "--remote-allow-origins=http://127.0.0.1"}, extra...)
+	cmd := exec.Command(bin, append(args, "about:blank")...)
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "origin-ok") {
-		t.Errorf("the browser did not land on the origin:\n%s", out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if out, err := exec.Command(bin, append(args, "--screenshot="+shot, "http://demo.test/guarded")...).CombinedOutput(); err != nil {
-		t.Logf("screenshot: %v\n%s", err, out)
-	} else {
-		t.Logf("screenshot: %s", shot)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	// Chromium names its DevTools endpoint on stderr once it listens.
+	endpoint := make(chan string, 1)
+	go func() {
+		// Read to the end: Chromium blocks on a full pipe.
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "DevTools listening on "); ok {
+				endpoint <- rest
+			}
+		}
+		close(endpoint)
+	}()
+	var browserWS string
+	select {
+	case browserWS = <-endpoint:
+	case <-time.After(30 * time.Second):
+	}
+	if browserWS == "" {
+		t.Fatalf("chromium did not open DevTools")
+	}
+	u, err := url.Parse(browserWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + u.Host + "/json/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var targets []struct {
+		Type, WebSocketDebuggerURL string
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		if tg.Type == "page" {
+			ws, err := websocket.Dial(tg.WebSocketDebuggerURL, "", "http://127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ws.Close() })
+			return &devtools{t: t, ws: ws}
+		}
+	}
+	t.Fatalf("chromium has no page: %+v", targets)
+	return nil
+}
+
+// call sends one command and returns its result, skipping events; a
+// protocol error comes back as nil.
+func (d *devtools) call(method string, params obj) json.RawMessage {
+	d.t.Helper()
+	d.next++
+	if err := websocket.JSON.Send(d.ws, obj{"id": d.next, "method": method, "params": params}); err != nil {
+		d.t.Fatalf("%s: %v", method, err)
+	}
+	d.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		var msg struct {
+			ID     int             `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := websocket.JSON.Receive(d.ws, &msg); err != nil {
+			d.t.Fatalf("%s: %v", method, err)
+		}
+		if msg.ID == d.next {
+			if msg.Error != nil {
+				return nil
+			}
+			return msg.Result
+		}
 	}
 }
 
