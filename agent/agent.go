@@ -69,11 +69,16 @@ type Agent struct {
 	pagesWork pagesWork
 	// geoip keeps the GeoLite2 databases current (geoiploop.go).
 	geoip *geoipDBs
+	// update replaces the agent's binary (updateloop.go); nil when off.
+	update *selfUpdate
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
 func New(ctx context.Context, o Options) (*Agent, error) {
 	cfg := o.Config
+	// Before anything else: a new binary that crashed twice on start is
+	// replaced by the previous one here.
+	update := newSelfUpdate(cfg, o.Version, o.Log)
 	store, err := state.Open(cfg.StatePath, o.Log)
 	if err != nil {
 		return nil, err
@@ -101,6 +106,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		work:      newWorkQueue(),
 		statusNow: make(chan struct{}, 1),
 		pagesWork: pagesWork{wake: make(chan struct{}, 1)},
+		update:    update,
 	}
 	// What one reply may cost follows the memory limit in force
 	// (GOMEMLIMIT or memory_limit).
@@ -193,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.applyLoop(ctx) })
 	loops.Go(func() { a.pagesLoop(ctx) })
 	loops.Go(func() { a.geoip.loop(ctx) })
+	loops.Go(func() { a.update.loop(ctx) })
 	a.channels(ctx)
 	loops.Wait()
 	a.cp.CloseIdle()

@@ -113,6 +113,7 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 		events = append(events, protocol.HealthEvent{EventType: "pages_sync_error", Severity: "warning", Message: st.PagesError, TriggeredAtUnix: now})
 	}
 	events = append(events, a.geoip.events(now)...)
+	events = append(events, a.update.events(now)...)
 	return &protocol.NodePayload{
 		SchemaVersion:       protocol.SchemaVersion,
 		NodeID:              st.NodeID,

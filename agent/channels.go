@@ -179,6 +179,9 @@ const (
 // onSettings adopts the server's settings (HTTP reply or WS push). One-shot
 // actions arrive once: the server clears them after sending them.
 func (a *Agent) onSettings(s protocol.AgentSettings) {
+	// Settings come only with a reply to a beat the server accepted: the
+	// first one confirms a freshly swapped-in binary.
+	a.update.confirm()
 	if s.HeartbeatInterval > 0 {
 		// Bounded before the multiplication can overflow: a huge value
 		// would otherwise wrap into a tight loop of beats, or stop them.
@@ -192,8 +195,9 @@ func (a *Agent) onSettings(s protocol.AgentSettings) {
 		a.log.Info("the server turned the websocket channel off; HTTP heartbeats only")
 	}
 	if s.UpdateNow {
-		a.log.Warn("the server asked for a self-update; this agent does not update itself yet", "channel", s.UpdateChannel, "tag", s.UpdateTag)
+		a.log.Info("the server asked for a self-update", "channel", s.UpdateChannel, "tag", s.UpdateTag)
 	}
+	a.update.offer(s)
 	if s.RestartOpenRestyNow {
 		a.log.Info("the server asked for an nginx restart")
 		a.requestRestart()

@@ -4,6 +4,9 @@ package config
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +75,19 @@ type Config struct {
 	// besides the agent's tree. Neither is an upstream key.
 	TemplatePolicy string
 	AllowedPaths   []string
+
+	// Self-update (PROTOCOL 10; none of these are upstream keys).
+	// UpdateRepo is the only GitHub owner/name releases come from, whatever
+	// the server's update_repo says; "off" turns self-update off.
+	// UpdateAPIURL is the GitHub API base (tests point it at a local
+	// server). UpdatePublicKey, when set, is the Ed25519 key every release
+	// binary must carry a valid signature of (agent.json: 32 bytes in
+	// base64 or hex). UpdateConfirmTimeout is how long a new binary has
+	// to reach a successful heartbeat before the previous one comes back.
+	UpdateRepo           string
+	UpdateAPIURL         string
+	UpdatePublicKey      ed25519.PublicKey
+	UpdateConfirmTimeout time.Duration
 }
 
 // Defaults that do not depend on data_dir.
@@ -88,6 +104,11 @@ const (
 	DefaultMemoryLimit         = 32 << 20
 	DefaultMMDBDownloadURL     = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-Country.mmdb"
 	DefaultCityMMDBDownloadURL = "https://github.com/FyraLabs/geolite2/releases/latest/download/GeoLite2-City.mmdb"
+	DefaultUpdateRepo          = "openflare/openflare-agent"
+	DefaultUpdateAPIURL        = "https://api.github.com"
+	// DefaultUpdateConfirmTimeout leaves a new binary time to start nginx
+	// and get through a slow uplink, and bounds how long a broken one runs.
+	DefaultUpdateConfirmTimeout = 10 * time.Minute
 )
 
 // file mirrors agent.json. Pointers tell "absent" from "zero"; durations are
@@ -125,6 +146,10 @@ type file struct {
 	NginxUser                  *string         `json:"nginx_user"`
 	TemplatePolicy             *string         `json:"template_policy"`
 	AllowedPaths               []string        `json:"allowed_paths"`
+	UpdateRepo                 *string         `json:"update_repo"`
+	UpdateAPIURL               *string         `json:"update_api_url"`
+	UpdatePublicKey            *string         `json:"update_public_key"`
+	UpdateConfirmTimeout       json.RawMessage `json:"update_confirm_timeout"`
 }
 
 // Env lists every environment override, in PROTOCOL 1.1 order.
@@ -312,6 +337,7 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 		{"mmdb_update_interval", "OPENFLARE_MMDB_UPDATE_INTERVAL", f.MMDBUpdateInterval, &c.MMDBUpdateInterval, DefaultMMDBUpdateInterval},
 		{"heartbeat_interval", "OPENFLARE_HEARTBEAT_INTERVAL", f.HeartbeatInterval, &c.HeartbeatInterval, DefaultHeartbeatInterval},
 		{"request_timeout", "OPENFLARE_REQUEST_TIMEOUT", f.RequestTimeout, &c.RequestTimeout, DefaultRequestTimeout},
+		{"update_confirm_timeout", "", f.UpdateConfirmTimeout, &c.UpdateConfirmTimeout, DefaultUpdateConfirmTimeout},
 	}
 	for _, d := range durations {
 		v, set, err := durationValue(d.raw, d.envKey, env)
@@ -373,10 +399,62 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 	if strings.ContainsAny(c.NginxUser, ";{}#\"'\n\\") {
 		return nil, fmt.Errorf("key %q: %q is not a user name or user:group", "nginx_user", c.NginxUser)
 	}
+	if err := c.resolveUpdate(f, str); err != nil {
+		return nil, err
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// resolveUpdate reads the self-update keys. They have no environment
+// overrides: which binaries a node accepts is for its own agent.json.
+func (c *Config) resolveUpdate(f *file, str func(*string, string) string) error {
+	c.UpdateRepo = str(f.UpdateRepo, "")
+	switch {
+	case c.UpdateRepo == "":
+		c.UpdateRepo = DefaultUpdateRepo
+	case c.UpdateRepo != "off" && !validRepo(c.UpdateRepo):
+		return fmt.Errorf("key %q: %q is not a GitHub owner/name or \"off\"", "update_repo", c.UpdateRepo)
+	}
+	c.UpdateAPIURL = strings.TrimRight(str(f.UpdateAPIURL, ""), "/")
+	if c.UpdateAPIURL == "" {
+		c.UpdateAPIURL = DefaultUpdateAPIURL
+	}
+	if err := checkServerURL(c.UpdateAPIURL); err != nil {
+		return fmt.Errorf("key %q: %w", "update_api_url", err)
+	}
+	if k := str(f.UpdatePublicKey, ""); k != "" {
+		key, err := parsePublicKey(k)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", "update_public_key", err)
+		}
+		c.UpdatePublicKey = key
+	}
+	return nil
+}
+
+// validRepo accepts GitHub's owner/name characters.
+func validRepo(s string) bool {
+	owner, name, ok := strings.Cut(s, "/")
+	ok = ok && owner != "" && name != "" && name != "." && name != ".."
+	for _, r := range owner + name {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}
+	return ok
+}
+
+// parsePublicKey reads a raw 32-byte Ed25519 public key in hex (64
+// digits) or standard base64 (44 characters with padding).
+func parsePublicKey(s string) (ed25519.PublicKey, error) {
+	if b, err := hex.DecodeString(s); err == nil && len(b) == ed25519.PublicKeySize {
+		return b, nil
+	}
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil && len(b) == ed25519.PublicKeySize {
+		return b, nil
+	}
+	return nil, fmt.Errorf("not a 32-byte Ed25519 public key in hex or base64")
 }
 
 func (c *Config) validate() error {

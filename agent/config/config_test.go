@@ -239,3 +239,43 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestSelfUpdateKeys(t *testing.T) {
+	c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"}`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UpdateRepo != DefaultUpdateRepo || c.UpdateAPIURL != DefaultUpdateAPIURL || c.UpdatePublicKey != nil || c.UpdateConfirmTimeout != 10*time.Minute {
+		t.Errorf("defaults: repo %q api %q key %x confirm %v", c.UpdateRepo, c.UpdateAPIURL, c.UpdatePublicKey, c.UpdateConfirmTimeout)
+	}
+	key := strings.Repeat("ab", 32)
+	keyB64 := "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s="
+	for _, k := range []string{key, keyB64} {
+		c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x","update_repo":"Me/agent.fork","update_api_url":"http://127.0.0.1:9/","update_public_key":"`+k+`","update_confirm_timeout":"5s"}`), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.UpdateRepo != "Me/agent.fork" || c.UpdateAPIURL != "http://127.0.0.1:9" || len(c.UpdatePublicKey) != 32 || c.UpdatePublicKey[0] != 0xab || c.UpdateConfirmTimeout != 5*time.Second {
+			t.Errorf("%s: repo %q api %q key %x confirm %v", k, c.UpdateRepo, c.UpdateAPIURL, c.UpdatePublicKey, c.UpdateConfirmTimeout)
+		}
+		if !strings.Contains(c.Describe(), keyB64) {
+			t.Errorf("Describe does not show the key:\n%s", c.Describe())
+		}
+	}
+	if c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x","update_repo":"off"}`), noEnv); err != nil || c.UpdateRepo != "off" {
+		t.Errorf("off: %v %v", c, err)
+	}
+	for body, want := range map[string]string{
+		`"update_repo":"just-a-name"`:              `"update_repo": "just-a-name" is not a GitHub owner/name`,
+		`"update_repo":"a/b/c"`:                    `"update_repo"`,
+		`"update_api_url":"ftp://x"`:               `"update_api_url": scheme of "ftp://x" must be http or https`,
+		`"update_public_key":"abcd"`:               `"update_public_key": not a 32-byte Ed25519 public key`,
+		`"update_confirm_timeout":0`:               `"update_confirm_timeout": must be positive`,
+		`"update_public_key":"` + key[:62] + `zz"`: `"update_public_key"`,
+	} {
+		_, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x",`+body+`}`), noEnv)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", body, err, want)
+		}
+	}
+}

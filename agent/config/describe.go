@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -74,12 +75,23 @@ func (c *Config) Describe() string {
 		{"nginx_user", nginxUser(c.NginxUser)},
 		{"template_policy", c.TemplatePolicy},
 		{"allowed_paths", strings.Join(c.AllowedPaths, " ")},
+		{"update_repo", c.UpdateRepo},
+		{"update_api_url", c.UpdateAPIURL},
+		{"update_public_key", publicKey(c.UpdatePublicKey)},
+		{"update_confirm_timeout", c.UpdateConfirmTimeout.String()},
 	}
 	var b strings.Builder
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%-30s %s\n", r[0], r[1])
 	}
 	return b.String()
+}
+
+func publicKey(k []byte) string {
+	if len(k) == 0 {
+		return "(none: SHA-256 digest only)"
+	}
+	return base64.StdEncoding.EncodeToString(k)
 }
 
 func nginxUser(u string) string {

@@ -19,13 +19,16 @@ var (
 	// network, process or clock.
 	purePkgs      = []string{"agent/render", "agent/policy"}
 	renderForbids = []string{"os", "os/exec", "net", "net/http", "crypto/tls", "syscall", "time", "io/fs", "golang.org/x/sys/unix"}
-	// Only agent/nginx starts processes (nginx -V, -t, the master).
-	processOwners = []string{"agent/nginx"}
+	// Only agent/nginx starts processes (nginx -V, -t, the master), and
+	// agent/updater its one trial run of a downloaded agent binary
+	// ("-version", before the binary may replace the running one).
+	processOwners = []string{"agent/nginx", "agent/updater"}
 	// Packages that open sockets: the server's two channels, node-IP
-	// detection, the GeoIP downloads from agent.json's URLs, and the named
-	// loopback probes (observability's stub_status read, nginx's
-	// self-probe).
-	socketOwners = []string{"agent/controlplane", "agent/wsclient", "agent/nodeip", "agent/observability", "agent/nginx", "agent/geoip"}
+	// detection, the GeoIP downloads from agent.json's URLs, the release
+	// lookups and downloads of self-update (agent.json's update_api_url),
+	// and the named loopback probes (observability's stub_status read,
+	// nginx's self-probe).
+	socketOwners = []string{"agent/controlplane", "agent/wsclient", "agent/nodeip", "agent/observability", "agent/nginx", "agent/geoip", "agent/updater"}
 	socketPkgs   = []string{"net", "net/http", "crypto/tls", "golang.org/x/net/websocket"}
 )
 

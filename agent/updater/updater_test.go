@@ -1,0 +1,354 @@
+package updater
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openflare/openflare-agent/testing/releaseserver"
+)
+
+const repo = "openflare/openflare-agent"
+
+// script is a stand-in agent binary: "-version" prints version, and the
+// rest of the file makes each one's bytes distinct.
+func script(version string, exit int) []byte {
+	return []byte("#!/bin/sh\n# " + version + "\necho 'openflare-agent " + version + " (commit x) go linux/amd64'\nexit " + string(rune('0'+exit)) + "\n")
+}
+
+// rig is an installed agent binary at version 1.0.0, an updater for it,
+// and a release server; execs records what it executed.
+type rig struct {
+	t     *testing.T
+	dir   string
+	exe   string
+	old   []byte
+	rs    *releaseserver.Server
+	key   ed25519.PrivateKey
+	execs []string
+}
+
+func newRig(t *testing.T) *rig {
+	dir := t.TempDir()
+	r := &rig{t: t, dir: dir, exe: filepath.Join(dir, "openflare-agent"), old: script("1.0.0", 0)}
+	if err := os.WriteFile(r.exe, r.old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.rs = releaseserver.Start(repo)
+	t.Cleanup(r.rs.Close)
+	_, r.key, _ = ed25519.GenerateKey(nil)
+	return r
+}
+
+// updater is the updater of the binary running version.
+func (r *rig) updater(version string, signed bool) *Updater {
+	o := Options{
+		Exe: r.exe, StatePath: filepath.Join(r.dir, "update.json"), Version: version,
+		APIURL: r.rs.URL(), Repo: repo, ConfirmTimeout: time.Minute,
+		StallTimeout: 5 * time.Second, Args: []string{r.exe, "-config", "agent.json"},
+		Exec: func(path string, argv, env []string) error {
+			r.execs = append(r.execs, path+" "+strings.Join(argv[1:], " "))
+			return errors.New("exec recorded")
+		},
+	}
+	if signed {
+		o.PublicKey = r.key.Public().(ed25519.PublicKey)
+	}
+	return New(o)
+}
+
+func (r *rig) binary() []byte {
+	b, err := os.ReadFile(r.exe)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+func (r *rig) exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+var updateNow = Trigger{Force: true, Channel: "stable", Repo: repo}
+
+// A newer release is fetched, verified, tried, swapped in and executed; its
+// first start counts, its first heartbeat confirms and drops the backup.
+func TestUpdateSwapsExecutesAndConfirms(t *testing.T) {
+	for _, digestFile := range []bool{false, true} {
+		r := newRig(t)
+		newBin := script("1.1.0", 0)
+		r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: newBin, Key: r.key, DigestFile: digestFile})
+		u := r.updater("v1.0.0", true)
+		// The server's update_repo is another one: agent.json's counts.
+		err := u.Check(context.Background(), Trigger{Force: true, Channel: "stable", Repo: "evil/repo"})
+		if err == nil || !strings.Contains(err.Error(), "exec recorded") {
+			t.Fatalf("check: %v", err)
+		}
+		// The recorded exec "failed", so the updater put the old binary
+		// back: run it again with an exec that succeeds.
+		if !bytes.Equal(r.binary(), r.old) {
+			t.Fatal("a failed exec did not restore the previous binary")
+		}
+		r.execs = nil
+		u = r.updater("v1.0.0", true)
+		u.o.Exec = func(path string, argv, env []string) error {
+			r.execs = append(r.execs, path)
+			return nil
+		}
+		// The failed exec marked 1.1.0 failed; a fresh state forgets that.
+		os.Remove(filepath.Join(r.dir, "update.json"))
+		u.st = fileState{}
+		if err := u.Check(context.Background(), updateNow); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		if len(r.execs) != 1 || r.execs[0] != r.exe {
+			t.Fatalf("execs %v, want %s", r.execs, r.exe)
+		}
+		if !bytes.Equal(r.binary(), newBin) {
+			t.Fatal("the new binary is not in place")
+		}
+		if b, _ := os.ReadFile(r.exe + ".bak"); !bytes.Equal(b, r.old) {
+			t.Fatal("the backup is not the previous binary")
+		}
+		if fi, _ := os.Stat(r.exe); fi.Mode().Perm() != 0o755 {
+			t.Errorf("mode %v", fi.Mode())
+		}
+
+		next := r.updater("1.1.0", true)
+		next.Boot()
+		if d, ok := next.ConfirmDeadline(); !ok || time.Until(d) <= 0 {
+			t.Fatalf("no confirm deadline: %v %v", d, ok)
+		}
+		next.Confirm()
+		if r.exists(r.exe + ".bak") {
+			t.Error("confirmation left the backup")
+		}
+		if _, ok := next.ConfirmDeadline(); ok {
+			t.Error("still waiting for a confirmation")
+		}
+		if _, ok := next.LastFailure(time.Now()); ok {
+			t.Error("a failure is reported after a good update")
+		}
+		if !bytes.Equal(r.binary(), newBin) {
+			t.Fatal("the new binary is not in place")
+		}
+	}
+}
+
+// Each bad release is refused before anything is swapped: the binary stays
+// byte-identical and nothing is executed.
+func TestUpdateRefusals(t *testing.T) {
+	cases := []struct {
+		name   string
+		rel    releaseserver.Release
+		signed bool
+		want   string
+	}{
+		{"wrong digest", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.WrongDigest}, false, "SHA-256 mismatch"},
+		{"wrong digest file", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.WrongDigest, DigestFile: true}, false, "SHA-256 mismatch"},
+		{"truncated", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.Truncated}, false, "truncated"},
+		{"no digest", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.NoDigest}, false, "no SHA-256 digest available"},
+		{"bad signature", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.BadSignature}, true, "signature does not match"},
+		{"no signature", releaseserver.Release{Tag: "v1.1.0"}, true, "no signature asset"},
+		{"downgrade", releaseserver.Release{Tag: "v0.9.0"}, false, "older than the running"},
+		{"unparsable tag", releaseserver.Release{Tag: "nightly"}, false, "release tag"},
+		{"no asset", releaseserver.Release{Tag: "v1.1.0", AssetName: "openflare-agent-plan9-386"}, false, "has no asset"},
+		{"wrong version inside", releaseserver.Release{Tag: "v1.2.0"}, false, "not openflare-agent v1.2.0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			c.rel.Binary = script("1.1.0", 0)
+			if c.signed || c.rel.Fault == releaseserver.BadSignature {
+				c.rel.Key = r.key
+			}
+			if c.name == "no signature" {
+				c.rel.Key = nil
+			}
+			r.rs.Set(c.rel)
+			err := r.updater("1.0.0", c.signed).Check(context.Background(), updateNow)
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want a refusal with %q", err, c.want)
+			}
+			if !bytes.Equal(r.binary(), r.old) || len(r.execs) != 0 {
+				t.Fatalf("binary changed or executed: %v", r.execs)
+			}
+			for _, leftover := range []string{r.exe + ".update", r.exe + ".bak"} {
+				if r.exists(leftover) {
+					t.Errorf("%s left behind", leftover)
+				}
+			}
+		})
+	}
+}
+
+// Equal and missing releases are no update and no error; a dev build
+// cannot know any release is newer.
+func TestNothingToDo(t *testing.T) {
+	r := newRig(t)
+	r.rs.Set(releaseserver.Release{Tag: "v1.0.0", Binary: script("1.0.0", 0)})
+	if err := r.updater("1.0.0", false).Check(context.Background(), updateNow); err != nil {
+		t.Errorf("equal: %v", err)
+	}
+	if err := r.updater("1.0.0", false).Check(context.Background(), Trigger{Force: true, Tag: "v7.0.0", Repo: repo}); err != nil {
+		t.Errorf("missing tag: %v", err)
+	}
+	if err := r.updater("dev", false).Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) {
+		t.Errorf("dev build: %v", err)
+	}
+	if r.rs.Downloads(releaseserver.DefaultAssetName()) != 0 || len(r.execs) != 0 {
+		t.Error("downloaded or executed")
+	}
+}
+
+// The preview channel takes the newest prerelease, a tag that release.
+func TestChannels(t *testing.T) {
+	r := newRig(t)
+	r.rs.Set(
+		releaseserver.Release{Tag: "v3.0.0-rc.1", Prerelease: true, Draft: true, Binary: script("3.0.0-rc.1", 0)},
+		releaseserver.Release{Tag: "v2.0.0-rc.1", Prerelease: true, Binary: script("2.0.0-rc.1", 0)},
+		releaseserver.Release{Tag: "v1.0.0", Binary: script("1.0.0", 0)},
+		releaseserver.Release{Tag: "v0.5.0", Binary: script("0.5.0", 0)},
+	)
+	u := r.updater("1.0.0", false)
+	u.o.Exec = func(string, []string, []string) error { return nil }
+	if err := u.Check(context.Background(), Trigger{Force: true, Channel: "preview", Repo: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.binary(), script("2.0.0-rc.1", 0)) {
+		t.Errorf("preview installed %q", r.binary())
+	}
+	r2 := newRig(t)
+	r2.rs.Set(releaseserver.Release{Tag: "v1.0.0"}, releaseserver.Release{Tag: "v1.0.1", Binary: script("1.0.1", 0)})
+	u = r2.updater("1.0.0", false)
+	u.o.Exec = func(string, []string, []string) error { return nil }
+	if err := u.Check(context.Background(), Trigger{Force: true, Tag: "v1.0.1", Repo: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r2.binary(), script("1.0.1", 0)) {
+		t.Errorf("tag installed %q", r2.binary())
+	}
+}
+
+// A binary that fails its trial run is never swapped in, is recorded as
+// failed (reported, and never tried again).
+func TestTrialFailure(t *testing.T) {
+	r := newRig(t)
+	r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: script("1.1.0", 3)})
+	u := r.updater("1.0.0", false)
+	err := u.Check(context.Background(), updateNow)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "trial run") {
+		t.Fatalf("error %v", err)
+	}
+	if !bytes.Equal(r.binary(), r.old) || len(r.execs) != 0 {
+		t.Fatal("binary changed or executed")
+	}
+	f, ok := u.LastFailure(time.Now())
+	if !ok || f.Version != "v1.1.0" || f.From != "1.0.0" || !strings.Contains(f.Reason, "exit status 3") {
+		t.Fatalf("failure %+v %v", f, ok)
+	}
+	if _, ok := u.LastFailure(time.Now().Add(25 * time.Hour)); ok {
+		t.Error("reported after a day")
+	}
+	// A restart remembers: the version is not downloaded again.
+	n := r.rs.Downloads(releaseserver.DefaultAssetName())
+	r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: script("1.1.0", 0)})
+	err = r.updater("1.0.0", false).Check(context.Background(), updateNow)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not tried again") {
+		t.Fatalf("second check: %v", err)
+	}
+	if r.rs.Downloads(releaseserver.DefaultAssetName()) != n {
+		t.Error("downloaded again")
+	}
+}
+
+// installed swaps in 1.1.0 and returns its bytes.
+func (r *rig) installed() []byte {
+	newBin := script("1.1.0", 0)
+	r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: newBin})
+	u := r.updater("1.0.0", false)
+	u.o.Exec = func(string, []string, []string) error { return nil }
+	if err := u.Check(context.Background(), updateNow); err != nil {
+		r.t.Fatal(err)
+	}
+	return newBin
+}
+
+// A new binary that crashes on start twice is replaced by the previous one
+// at its third start, which then executes it.
+func TestRollbackAfterTwoCrashes(t *testing.T) {
+	r := newRig(t)
+	newBin := r.installed()
+	for start := 1; start <= 2; start++ {
+		r.updater("1.1.0", false).Boot()
+		if !bytes.Equal(r.binary(), newBin) || len(r.execs) != 0 {
+			t.Fatalf("start %d rolled back", start)
+		}
+	}
+	r.updater("1.1.0", false).Boot()
+	if !bytes.Equal(r.binary(), r.old) || r.exists(r.exe+".bak") {
+		t.Fatal("third start did not restore the previous binary")
+	}
+	if len(r.execs) != 1 || !strings.HasPrefix(r.execs[0], r.exe+" -config agent.json") {
+		t.Fatalf("execs %v", r.execs)
+	}
+	old := r.updater("1.0.0", false)
+	old.Boot()
+	f, ok := old.LastFailure(time.Now())
+	if !ok || f.Version != "v1.1.0" || !strings.Contains(f.Reason, "crashed on start 2 times") {
+		t.Fatalf("failure %+v %v", f, ok)
+	}
+	r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: newBin})
+	if err := old.Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) {
+		t.Errorf("the failed version was tried again: %v", err)
+	}
+}
+
+// Without a successful heartbeat within the confirm timeout the previous
+// binary comes back; a confirmed version is not rolled back.
+func TestRollbackWithoutHeartbeat(t *testing.T) {
+	r := newRig(t)
+	r.installed()
+	u := r.updater("1.1.0", false)
+	u.Boot()
+	u.Expire()
+	if !bytes.Equal(r.binary(), r.old) || len(r.execs) != 1 {
+		t.Fatalf("not rolled back: execs %v", r.execs)
+	}
+	if f, ok := r.updater("1.0.0", false).LastFailure(time.Now()); !ok || !strings.Contains(f.Reason, "no successful heartbeat") {
+		t.Fatalf("failure %+v %v", f, ok)
+	}
+
+	r2 := newRig(t)
+	newBin := r2.installed()
+	u = r2.updater("1.1.0", false)
+	u.Boot()
+	u.Confirm()
+	u.Expire()
+	if !bytes.Equal(r2.binary(), newBin) || len(r2.execs) != 0 {
+		t.Fatal("a confirmed version was rolled back")
+	}
+}
+
+// The previous binary starting with an update pending (a crash before the
+// swap finished) drops the pending version and the backup.
+func TestPreviousBinaryClearsPending(t *testing.T) {
+	r := newRig(t)
+	r.installed()
+	os.WriteFile(r.exe, r.old, 0o755) // as if the rename never happened
+	u := r.updater("1.0.0", false)
+	u.Boot()
+	if _, ok := u.ConfirmDeadline(); ok || r.exists(r.exe+".bak") {
+		t.Fatal("pending update or backup left")
+	}
+	if !u.Due(updateNow, time.Now()) {
+		t.Error("checks stay blocked")
+	}
+}
