@@ -146,6 +146,7 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		BackupDir: filepath.Join(stateDir, "apply-backup"),
 		Log:       o.Log,
 		IPGroups:  a.reconcileIPGroups,
+		Landed:    a.geoip.landed,
 		Reported:  a.beatSoon,
 		Pages:     a.setPages,
 	}

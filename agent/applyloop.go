@@ -129,6 +129,7 @@ func (a *Agent) runWork(w work, parent context.Context) {
 	}
 	if w.apply {
 		a.engine.Apply(ctx, w.target, w.mode)
+		a.geoip.settle()
 	}
 	if w.reconcile {
 		res, ok, err := a.ipg.Retry(ctx, a.cp.SyncIPGroups)

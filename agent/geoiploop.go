@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/config"
 	"github.com/openflare/openflare-agent/agent/geoip"
+	"github.com/openflare/openflare-agent/agent/geosnap"
 	"github.com/openflare/openflare-agent/agent/protocol"
 )
 
@@ -25,15 +27,33 @@ import (
 // downloading would fail open for minutes. A download URL of "off" in
 // agent.json turns a database's maintenance off (no download, no health
 // event).
+//
+// The geo snapshot (agent/geosnap) the workers match geo_match rules
+// against is rebuilt here too: when a database was replaced, at start, and
+// after every apply (the apply itself builds it before its reload, keeping
+// the previous rules' codes; this build drops codes no rule names any
+// more).
 type geoipDBs struct {
-	ups []*geoip.Updater
+	ups  []*geoip.Updater
+	snap *geosnap.Builder
+	// rebuild asks the loop for a snapshot build.
+	rebuild chan struct{}
+	// landedCodes: an apply built the snapshot with its codes and the
+	// previous ones (landed); settle then asks for a build of the codes
+	// that stayed.
+	landedCodes atomic.Bool
+	log     *slog.Logger
 }
 
 // newGeoIP builds the updaters from the config; changed is called after a
 // database was replaced and when a database's availability changes (the
 // beat hook, so the health event is raised or cleared at once).
 func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
-	g := &geoipDBs{}
+	g := &geoipDBs{
+		snap:    &geosnap.Builder{Dir: cfg.RuntimeConfigDir, CityPath: cfg.CityMMDBPath, CountryPath: cfg.MMDBPath, Log: log},
+		rebuild: make(chan struct{}, 1),
+		log:     log,
+	}
 	var mu sync.Mutex
 	last := map[string]bool{}
 	for _, db := range []struct{ name, path, url, typ string }{
@@ -58,9 +78,10 @@ func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
 			Type:     db.typ,
 			Interval: cfg.MMDBUpdateInterval,
 			Log:      log,
-			// Nothing compiles from the file yet: the data plane's geo
-			// snapshot (issue 15, data-plane part) is rebuilt here.
-			Changed: func(path string) { log.Info("geoip database replaced", "db", db.name, "path", path) },
+			Changed: func(path string) {
+				log.Info("geoip database replaced", "db", db.name, "path", path)
+				g.rebuildSoon()
+			},
 			Report: func(s geoip.Status) {
 				mu.Lock()
 				was, seen := last[db.name]
@@ -77,25 +98,63 @@ func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
 	return g
 }
 
-// loop runs every updater until ctx ends (started by Agent.Run as
-// geoipLoop; see agent.go).
+// loop runs every updater and the snapshot builds until ctx ends (started
+// by Agent.Run; see agent.go).
 func (g *geoipDBs) loop(ctx context.Context) {
-	if g == nil {
-		return
-	}
 	var wg sync.WaitGroup
 	for _, u := range g.ups {
 		wg.Go(func() { u.Run(ctx) })
 	}
-	wg.Wait()
+	g.rebuildSoon()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-g.rebuild:
+			g.build(false)
+		}
+	}
+}
+
+// rebuildSoon asks the loop for a snapshot build without waiting for it.
+func (g *geoipDBs) rebuildSoon() {
+	select {
+	case g.rebuild <- struct{}{}:
+	default:
+	}
+}
+
+// landed builds the snapshot for a version whose WAF config just landed,
+// before nginx reloads (apply.Engine.Landed): a geo rule new in this
+// version matches from the first request. A failure is logged, not
+// fatal: the rule takes its false edge until the next build.
+func (g *geoipDBs) landed(context.Context) {
+	g.build(true)
+	g.landedCodes.Store(true)
+}
+
+// settle runs after every apply: once one landed a WAF config, the
+// snapshot is rebuilt for the config that stayed (the new one, or the
+// previous one after a rollback).
+func (g *geoipDBs) settle() {
+	if g != nil && g.landedCodes.Swap(false) {
+		g.rebuildSoon()
+	}
+}
+
+func (g *geoipDBs) build(keep bool) {
+	before := allocated()
+	if _, err := g.snap.Build(keep); err != nil {
+		g.log.Error("geo snapshot not built; geo_match rules keep the previous snapshot", "err", err)
+	}
+	// A walk of a full database allocates its range lists once.
+	releaseMemory(before)
 }
 
 // events are the open geoip_unavailable conditions for a beat: one per
 // database that is missing or does not open, with the last error.
 func (g *geoipDBs) events(now int64) []protocol.HealthEvent {
-	if g == nil {
-		return nil
-	}
 	var out []protocol.HealthEvent
 	for _, u := range g.ups {
 		s := u.Status()
@@ -112,6 +171,21 @@ func (g *geoipDBs) events(now int64) []protocol.HealthEvent {
 			Message:         msg,
 			TriggeredAtUnix: now,
 			Metadata:        map[string]string{"database": u.Name, "path": u.Path, "checked": s.Checked.UTC().Format(time.RFC3339)},
+		})
+	}
+	// Rules that cannot match anything say so even when no database is
+	// maintained here (URLs "off", files placed by hand).
+	if st := g.snap.Status(); !st.Codes.Empty() && len(st.Databases) == 0 && len(out) == 0 {
+		msg := "geo_match rules are active but no GeoIP database is usable; they take their false edge"
+		if len(st.Problems) > 0 {
+			msg += ": " + strings.Join(st.Problems, "; ")
+		}
+		out = append(out, protocol.HealthEvent{
+			EventType:       "geoip_unavailable",
+			Severity:        "warning",
+			Message:         msg,
+			TriggeredAtUnix: now,
+			Metadata:        map[string]string{"database": "all", "codes": st.Codes.String()},
 		})
 	}
 	return out

@@ -130,6 +130,9 @@ func (e *Engine) land(ctx context.Context, target protocol.ConfigRef, out *rende
 		e.Log.Debug("apply: validated", "took", e.now().Sub(began))
 		err = set.WriteRuntime()
 	}
+	if err == nil && e.Landed != nil {
+		e.Landed(ctx)
+	}
 	if err == nil {
 		testhook.Crash("before-reload")
 		err = e.activate(ctx)

@@ -98,6 +98,10 @@ type Engine struct {
 	// IPGroups runs after a success or warning apply with the IP groups
 	// the version references.
 	IPGroups func(ctx context.Context, ids []uint64)
+	// Landed runs once a validated version's runtime files (the WAF
+	// config among them) are in place, before the reload: what workers
+	// derive from them (the geo snapshot) is ready when they start.
+	Landed func(ctx context.Context)
 
 	mu sync.Mutex
 	// held is a version this node cannot run for a reason of its own (no

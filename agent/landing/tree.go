@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/openflare/openflare-agent/agent/geosnap"
 	"github.com/openflare/openflare-agent/agent/ipgroups"
 	"github.com/openflare/openflare-agent/agent/osuser"
 	"github.com/openflare/openflare-agent/agent/render"
@@ -64,6 +65,7 @@ func (t Tree) readFiles() []string {
 		filepath.Join(p.RuntimeConfigDir, ipgroups.SnapshotName),
 		filepath.Join(p.RuntimeConfigDir, ipgroups.CompiledName),
 		filepath.Join(p.RuntimeConfigDir, ipgroups.ChecksumName),
+		filepath.Join(p.RuntimeConfigDir, geosnap.Name),
 	}
 	for _, db := range []string{p.CountryMMDB, p.CityMMDB} {
 		if db != "" {

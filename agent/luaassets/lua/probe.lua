@@ -18,8 +18,8 @@ local LUA_FILES = {
     "observability/init.lua", "observability/log.lua", "observability/read.lua",
     "pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
     "sw/challenge.lua", "sw/runtime.lua",
-    "waf/check.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/runtime.lua",
-    "waf/security.lua", "waf/ua.lua",
+    "waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/ranges.lua",
+    "waf/runtime.lua", "waf/security.lua", "waf/ua.lua",
 }
 
 -- Files read at request time that exist only when a feature is on: a
@@ -28,6 +28,7 @@ local OPTIONAL_FILES = {
     RUNTIME_DIR .. "/waf_config.json",
     RUNTIME_DIR .. "/waf_ip_groups.bin",
     RUNTIME_DIR .. "/waf_ip_groups.json.checksum",
+    RUNTIME_DIR .. "/waf_geo.bin",
     CERT_DIR .. "/error_pages/origin_error.html.tmpl",
     CERT_DIR .. "/sw/sw.js",
     CERT_DIR .. "/sw/offline.html",

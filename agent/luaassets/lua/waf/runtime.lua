@@ -12,6 +12,7 @@
 local cjson = require("cjson.safe")
 local ipmatch = require("waf.ipmatch")
 local ip_groups = require("waf.ip_groups")
+local geo = require("waf.geo")
 local ua = require("waf.ua")
 local security = require("waf.security")
 
@@ -36,21 +37,11 @@ local DEFAULT_BLOCK_STATUS = 403
 local POW_API_PREFIX = "/.within.website/x/cmd/anubis/api/"
 local POW_STATIC_PREFIX = "/.within.website/x/cmd/anubis/static/"
 
--- Node types the server can emit that this agent does not evaluate yet, and
--- the handle each one takes instead: the one that lets the request through.
--- geo_match answers "matched?" (false: not caught), so an unsupported node
--- never refuses every visitor.
-local UNSUPPORTED = {
-    geo_match = "false",
-}
-
 local EMPTY = {}
 
 -- Published by init(): { globals = {group...}, chains = {site = {group...}} }.
 -- A group is { id = "<id>", graph = <graph>, steps = <node count> }.
 local rules
-
-local warned_types = {}
 
 -- Why this worker has no rules, for the agent's self-probe (nil once init
 -- succeeded).
@@ -138,9 +129,10 @@ end
 -- Compiles every ua_check/security_check node of the groups that can run,
 -- once per worker when the rules load. A node that does not compile (an
 -- invalid custom PCRE) is logged here and fails closed when a request
--- reaches it.
+-- reaches it. Returns whether any of those groups has a geo_match node.
 local function compile_checks(prepared)
     local seen = {}
+    local has_geo = false
     local function compile_group(g)
         local nodes = not seen[g] and type(g.graph) == "table" and g.graph.nodes
         seen[g] = true
@@ -148,6 +140,9 @@ local function compile_checks(prepared)
             return
         end
         for id, node in pairs(nodes) do
+            if type(node) == "table" and node.type == "geo_match" then
+                has_geo = true
+            end
             local m = type(node) == "table" and (node.type == "ua_check" and ua or node.type == "security_check" and security)
             if m and type(node.config) == "table" then
                 local c = m.compile(node.config)
@@ -165,14 +160,21 @@ local function compile_checks(prepared)
             compile_group(g)
         end
     end
+    return has_geo
 end
 
 local function init()
     local prepared = load_rules()
-    compile_checks(prepared)
+    local has_geo = compile_checks(prepared)
     local ok, err = ip_groups.start()
     if not ok then
         error(err, 0)
+    end
+    if has_geo then
+        ok, err = geo.start()
+        if not ok then
+            error(err, 0)
+        end
     end
     rules = prepared
 end
@@ -192,13 +194,6 @@ end
 -- Returns nil when the worker's rules are loaded, else why not.
 function _M.status()
     return init_error
-end
-
-local function warn_unsupported(t)
-    if not warned_types[t] then
-        warned_types[t] = true
-        ngx.log(ngx.WARN, "waf node type ", t, " is not supported by this agent yet")
-    end
 end
 
 -- The client address is the TCP peer only; forwarding headers are ignored.
@@ -255,6 +250,8 @@ local function walk(group, req)
             handle = "next"
         elseif t == "ip_match" then
             handle = ip_match(config, req) and "true" or "false"
+        elseif t == "geo_match" then
+            handle = geo.match(config, client(req)) and "true" or "false"
         elseif t == "pow" then
             -- "takeover": the PoW flow owns the request (DATAPLANE 6.1).
             local result, err = require("pow.runtime").evaluate(config)
@@ -269,11 +266,7 @@ local function walk(group, req)
             end
             handle = pass and "true" or "false"
         else
-            handle = UNSUPPORTED[t]
-            if not handle then
-                return "error", "rule group " .. group.id .. ": unknown node type " .. t
-            end
-            warn_unsupported(t)
+            return "error", "rule group " .. group.id .. ": unknown node type " .. t
         end
         local edges = node.next
         local target = type(edges) == "table" and edges[handle]

@@ -1,0 +1,368 @@
+// Package geosnap compiles the data plane's geo snapshot, waf_geo.bin: for
+// every country and region code the active WAF config's geo_match nodes
+// name, the address ranges the GeoIP databases map to it.
+//
+// Neither Debian nor OpenWrt packages resty.maxminddb, and MMDB parsing
+// already lives in Go (internal/mmdb), so the nginx workers never read a
+// database: they match the client address against these ranges with the
+// same binary search as IP groups (waf/ranges.lua), and adopt a new file
+// without a reload. A lookup then costs what an IP-group lookup costs,
+// whatever the database.
+//
+// The result follows DATAPLANE 4 address by address: where the City
+// database has a record, its country.iso_code and its region
+// (subdivisions[0].iso_code, as "CC-SUB" unless it already reads "XX-…")
+// decide; elsewhere the Country database's country.iso_code does, and it
+// never yields a region. Codes compare upper-cased.
+package geosnap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/openflare/openflare-agent/internal/mmdb"
+)
+
+// The file has the layout of waf_ip_groups.bin (agent/ipgroups), with its
+// own magic; every integer a uint32 in the host's byte order:
+//
+//	0   magic "OFGEOBIN"
+//	8   format version (1)
+//	12  0x01020304
+//	16  label: 64 hex characters naming the codes and databases it was
+//	    compiled from (Label)
+//	80  number of sets
+//	84  flags: bit 0 the City database was used, bit 1 the Country one
+//	88  one 32-byte record per set, ascending by name:
+//	      the name's bytes, zero-padded to 8 ("cUS", "rUS-CA"),
+//	      flags (bit 0: enabled), IPv4 range count, IPv4 offset,
+//	      IPv6 range count, IPv6 offset, zero
+//	…   IPv4 ranges: lo, hi (inclusive), ascending, disjoint, not adjacent
+//	…   IPv6 ranges: lo, hi as four words each, most significant first
+const (
+	Name = "waf_geo.bin"
+
+	magic       = "OFGEOBIN"
+	format      = 1
+	byteOrder   = 0x01020304
+	labelOffset = 16
+	labelLen    = 64
+	headerSize  = 88
+	recordSize  = 32
+
+	FlagCity    = 1
+	FlagCountry = 2
+
+	// MaxBytes bounds the file; waf/geo.lua refuses larger ones.
+	MaxBytes = 64 << 20
+)
+
+var native = binary.NativeEndian
+
+// u128 is an address in one 128-bit space: IPv6 as is, IPv4 as ::a.b.c.d,
+// where an IPv6 database keeps its IPv4 subtree and where mmdb.Networks
+// reports IPv4 networks.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+func (a u128) next() (u128, bool) {
+	switch {
+	case a.lo != ^uint64(0):
+		return u128{a.hi, a.lo + 1}, true
+	case a.hi != ^uint64(0):
+		return u128{a.hi + 1, 0}, true
+	}
+	return a, false
+}
+
+func (a u128) prev() u128 {
+	if a.lo != 0 {
+		return u128{a.hi, a.lo - 1}
+	}
+	return u128{a.hi - 1, ^uint64(0)}
+}
+
+// span is an inclusive range of addresses.
+type span struct{ lo, hi u128 }
+
+// v4Top is the last address of ::/96, the IPv4 space.
+var v4Top = u128{0, 1<<32 - 1}
+
+func spanOf(p netip.Prefix) span {
+	if p.Addr().Is4() {
+		a := p.Addr().As4()
+		lo := uint64(binary.BigEndian.Uint32(a[:]))
+		return span{u128{0, lo}, u128{0, lo | (1<<(32-p.Bits()) - 1)}}
+	}
+	a := p.Addr().As16()
+	lo := u128{binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])}
+	hi := lo
+	if host := 128 - p.Bits(); host >= 64 {
+		hi.lo = ^uint64(0)
+		if host > 64 {
+			hi.hi |= 1<<(host-64) - 1
+		}
+	} else if host > 0 {
+		hi.lo |= 1<<host - 1
+	}
+	return span{lo, hi}
+}
+
+// list is a set of spans kept sorted and merged while the input ascends,
+// as a tree walk's does; sort repairs it otherwise.
+type list struct {
+	s        []span
+	unsorted bool
+}
+
+func (l *list) add(s span) {
+	if n := len(l.s); n > 0 {
+		last := &l.s[n-1]
+		if s.lo.less(last.lo) {
+			l.unsorted = true
+		} else if after, ok := last.hi.next(); !ok || !after.less(s.lo) {
+			if last.hi.less(s.hi) {
+				last.hi = s.hi
+			}
+			return
+		}
+	}
+	l.s = append(l.s, s)
+}
+
+// sorted returns the spans ascending, disjoint and not adjacent.
+func (l *list) sorted() []span {
+	if !l.unsorted {
+		return l.s
+	}
+	slices.SortFunc(l.s, func(a, b span) int {
+		if a.lo.less(b.lo) {
+			return -1
+		}
+		if b.lo.less(a.lo) {
+			return 1
+		}
+		return 0
+	})
+	in := l.s
+	l.s, l.unsorted = nil, false
+	for _, s := range in {
+		l.add(s)
+	}
+	return l.s
+}
+
+// without calls f with the parts of s that cover (ascending, merged) does
+// not contain.
+func without(s span, cover []span, f func(span)) {
+	i, _ := slices.BinarySearchFunc(cover, s.lo, func(c span, x u128) int {
+		if c.hi.less(x) {
+			return -1
+		}
+		return 1
+	})
+	cur := s.lo
+	for ; i < len(cover) && !s.hi.less(cover[i].lo); i++ {
+		if cur.less(cover[i].lo) {
+			f(span{cur, cover[i].lo.prev()})
+		}
+		next, ok := cover[i].hi.next()
+		if !ok || s.hi.less(next) {
+			return
+		}
+		cur = next
+	}
+	f(span{cur, s.hi})
+}
+
+// Sources are the databases to compile from; either may be nil (missing
+// or unusable).
+type Sources struct {
+	City, Country *mmdb.Reader
+}
+
+// region is the region code of a City record as DATAPLANE 4 builds it.
+func region(country, sub string) string {
+	switch {
+	case sub == "":
+		return ""
+	case len(sub) > 2 && isUpper(sub[0]) && isUpper(sub[1]) && sub[2] == '-':
+		return sub
+	case country == "":
+		return ""
+	}
+	return country + "-" + sub
+}
+
+func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
+
+// SourceError is a database that could not be walked.
+type SourceError struct {
+	Database string // "city" or "country"
+	Err      error
+}
+
+func (e *SourceError) Error() string {
+	return "geo snapshot: walk the " + e.Database + " database: " + e.Err.Error()
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// Compile builds the file for codes from src, labelled label (Label).
+func Compile(src Sources, codes Codes, label string) ([]byte, error) {
+	if len(label) != labelLen {
+		return nil, fmt.Errorf("geo snapshot: label %q is not %d characters", label, labelLen)
+	}
+	sets := map[string]*list{}
+	for _, c := range codes.Countries {
+		sets["c"+c] = &list{}
+	}
+	for _, r := range codes.Regions {
+		sets["r"+r] = &list{}
+	}
+	var flags uint32
+	// The space the City database answers for: the Country database
+	// decides only outside it.
+	var cover list
+	if src.City != nil {
+		flags |= FlagCity
+		err := src.City.CountryNetworks(func(p netip.Prefix, country, sub string) bool {
+			s := spanOf(p)
+			cover.add(s)
+			if l := sets["c"+country]; l != nil && country != "" {
+				l.add(s)
+			}
+			if r := region(country, sub); r != "" {
+				if l := sets["r"+r]; l != nil {
+					l.add(s)
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return nil, &SourceError{Database: "city", Err: err}
+		}
+	}
+	if src.Country != nil {
+		flags |= FlagCountry
+		covered := cover.sorted()
+		err := src.Country.CountryNetworks(func(p netip.Prefix, country, _ string) bool {
+			if l := sets["c"+country]; l != nil && country != "" {
+				without(spanOf(p), covered, l.add)
+			}
+			return true
+		})
+		if err != nil {
+			return nil, &SourceError{Database: "country", Err: err}
+		}
+	}
+	return encode(sets, flags, label)
+}
+
+// encode writes the file. IPv4 ranges are also given as their
+// IPv4-mapped IPv6 ranges: internal/mmdb, like MaxMind's databases, answers
+// ::ffff:a.b.c.d as a.b.c.d, while the workers keep the two families apart.
+func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
+	names := make([]string, 0, len(sets))
+	for n := range sets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	buf := make([]byte, headerSize+recordSize*len(names))
+	copy(buf, magic)
+	native.PutUint32(buf[8:], format)
+	native.PutUint32(buf[12:], byteOrder)
+	copy(buf[labelOffset:], label)
+	native.PutUint32(buf[80:], uint32(len(names)))
+	native.PutUint32(buf[84:], flags)
+	for i, name := range names {
+		if len(name) > 8 {
+			return nil, fmt.Errorf("geo snapshot: code %q is longer than 7 characters", name[1:])
+		}
+		var v4 []span
+		var v6 list
+		for _, s := range sets[name].sorted() {
+			if !v4Top.less(s.lo) {
+				part := s
+				if v4Top.less(part.hi) {
+					part.hi = v4Top
+				}
+				v4 = append(v4, part)
+				v6.add(span{u128{0, 0xffff<<32 | part.lo.lo}, u128{0, 0xffff<<32 | part.hi.lo}})
+			}
+			if v4Top.less(s.hi) {
+				part := s
+				if !v4Top.less(part.lo) {
+					part.lo, _ = v4Top.next()
+				}
+				v6.add(part)
+			}
+		}
+		rec := buf[headerSize+recordSize*i:]
+		copy(rec[:8], name)
+		native.PutUint32(rec[8:], 1)
+		native.PutUint32(rec[12:], uint32(len(v4)))
+		native.PutUint32(rec[16:], uint32(len(buf)))
+		for _, s := range v4 {
+			buf = native.AppendUint32(buf, uint32(s.lo.lo))
+			buf = native.AppendUint32(buf, uint32(s.hi.lo))
+		}
+		ranges6 := v6.sorted()
+		rec = buf[headerSize+recordSize*i:]
+		native.PutUint32(rec[20:], uint32(len(ranges6)))
+		native.PutUint32(rec[24:], uint32(len(buf)))
+		for _, s := range ranges6 {
+			buf = appendU128(buf, s.lo)
+			buf = appendU128(buf, s.hi)
+		}
+		if len(buf) > MaxBytes {
+			return nil, fmt.Errorf("geo snapshot: exceeds %d bytes", MaxBytes)
+		}
+	}
+	return buf, nil
+}
+
+func appendU128(buf []byte, v u128) []byte {
+	buf = native.AppendUint32(buf, uint32(v.hi>>32))
+	buf = native.AppendUint32(buf, uint32(v.hi))
+	buf = native.AppendUint32(buf, uint32(v.lo>>32))
+	return native.AppendUint32(buf, uint32(v.lo))
+}
+
+// header reads the label, flags and set names of a file's bytes.
+func header(b []byte) (label string, flags uint32, names []string, err error) {
+	if len(b) < headerSize || string(b[:8]) != magic || native.Uint32(b[8:]) != format || native.Uint32(b[12:]) != byteOrder {
+		return "", 0, nil, fmt.Errorf("not a geo snapshot of format %d", format)
+	}
+	n := int(native.Uint32(b[80:]))
+	if n > (len(b)-headerSize)/recordSize {
+		return "", 0, nil, fmt.Errorf("geo snapshot: %d records run past the end", n)
+	}
+	for i := range n {
+		rec := b[headerSize+recordSize*i:]
+		end := 8
+		for end > 0 && rec[end-1] == 0 {
+			end--
+		}
+		names = append(names, string(rec[:end]))
+	}
+	return string(b[labelOffset : labelOffset+labelLen]), native.Uint32(b[84:]), names, nil
+}
+
+// codesOf are the codes of set names.
+func codesOf(names []string) Codes {
+	var c Codes
+	for _, n := range names {
+		switch {
+		case len(n) < 2:
+		case n[0] == 'c':
+			c.Countries = append(c.Countries, n[1:])
+		case n[0] == 'r':
+			c.Regions = append(c.Regions, n[1:])
+		}
+	}
+	return c.normal()
+}
