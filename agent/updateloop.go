@@ -108,7 +108,13 @@ func (s *selfUpdate) loop(ctx context.Context) {
 			t := s.next
 			s.next = nil
 			s.mu.Unlock()
-			if t == nil || !s.u.Due(*t, time.Now()) {
+			if t == nil {
+				continue
+			}
+			if !s.u.Due(*t, time.Now()) {
+				if t.Force {
+					s.log.Info("self-update: update_now ignored while the new version waits for its first successful heartbeat")
+				}
 				continue
 			}
 			err := s.u.Check(ctx, *t)

@@ -15,17 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fetch streams rawURL into w, at most limit bytes, and returns the byte
-// count and SHA-256. want is the size the release announced (0: unknown).
+// fetch streams rawURL into w, at most limit bytes, and returns its
+// SHA-256. want is the size the release announced (0: unknown).
 // A body that stops short of its Content-Length or of want, or runs past
 // either or the limit, is an error: a truncated binary must never be
 // mistaken for a complete one, even before its digest is checked.
-func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, want int64) (int64, []byte, error) {
+func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, want int64) ([]byte, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("download %s: %w", rawURL, err)
+		return nil, fmt.Errorf("download %s: %w", rawURL, err)
 	}
 	req.Header.Set("User-Agent", "openflare-agent/"+u.o.Version)
 	req.Header.Set("Accept", "application/octet-stream")
@@ -38,40 +38,40 @@ func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, 
 	defer watchdog.Stop()
 	resp, err := u.client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
+		return nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, nil, fmt.Errorf("download %s: %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("download %s: %s", rawURL, resp.Status)
 	}
 	switch {
 	case resp.ContentLength > limit:
-		return 0, nil, fmt.Errorf("download %s: %d bytes announced, the cap is %d", rawURL, resp.ContentLength, limit)
+		return nil, fmt.Errorf("download %s: %d bytes announced, the cap is %d", rawURL, resp.ContentLength, limit)
 	case want > 0 && resp.ContentLength >= 0 && resp.ContentLength != want:
-		return 0, nil, fmt.Errorf("download %s: Content-Length %d, the release says %d bytes", rawURL, resp.ContentLength, want)
+		return nil, fmt.Errorf("download %s: Content-Length %d, the release says %d bytes", rawURL, resp.ContentLength, want)
 	}
 	h := sha256.New()
 	body := &progressReader{r: resp.Body, onData: func() { watchdog.Reset(stall) }}
 	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(body, limit+1))
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return n, nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
+		return nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
 	case err != nil:
-		return n, nil, fmt.Errorf("download %s: truncated after %d bytes: %w", rawURL, n, err)
+		return nil, fmt.Errorf("download %s: truncated after %d bytes: %w", rawURL, n, err)
 	case n > limit:
-		return n, nil, fmt.Errorf("download %s: larger than the cap of %d bytes", rawURL, limit)
+		return nil, fmt.Errorf("download %s: larger than the cap of %d bytes", rawURL, limit)
 	case resp.ContentLength >= 0 && n != resp.ContentLength:
-		return n, nil, fmt.Errorf("download %s: truncated: %d of %d bytes", rawURL, n, resp.ContentLength)
+		return nil, fmt.Errorf("download %s: truncated: %d of %d bytes", rawURL, n, resp.ContentLength)
 	case want > 0 && n != want:
-		return n, nil, fmt.Errorf("download %s: truncated: %d of the %d bytes the release announced", rawURL, n, want)
+		return nil, fmt.Errorf("download %s: truncated: %d of the %d bytes the release announced", rawURL, n, want)
 	}
-	return n, h.Sum(nil), nil
+	return h.Sum(nil), nil
 }
 
 // fetchSmall downloads a small asset (a digest or signature file) whole.
 func (u *Updater) fetchSmall(ctx context.Context, a asset, limit int64) ([]byte, error) {
 	var buf bytes.Buffer
-	if _, _, err := u.fetch(ctx, a.URL, &buf, limit, a.Size); err != nil {
+	if _, err := u.fetch(ctx, a.URL, &buf, limit, a.Size); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

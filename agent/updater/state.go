@@ -31,8 +31,6 @@ type Pending struct {
 	// Boots counts the new binary's starts: the third start means it
 	// crashed twice before confirming, and rolls back.
 	Boots int `json:"boots"`
-	// SwappedUnix is when the new binary was renamed into place.
-	SwappedUnix int64 `json:"swapped_unix"`
 }
 
 // Failure is one version that did not survive: failed its trial run,

@@ -309,7 +309,7 @@ func (u *Updater) install(ctx context.Context, rel *release) error {
 		}
 	}()
 	u.log.Info("self-update: downloading", "tag", rel.TagName, "asset", a.Name, "bytes", a.Size)
-	_, got, err := u.fetch(ctx, a.URL, f, u.o.MaxSize, a.Size)
+	got, err := u.fetch(ctx, a.URL, f, u.o.MaxSize, a.Size)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
@@ -416,7 +416,7 @@ func (u *Updater) swap(tmp, tag string) error {
 		}
 	}
 	u.mu.Lock()
-	u.st.Pending = &Pending{Version: tag, Previous: u.o.Version, SwappedUnix: time.Now().Unix()}
+	u.st.Pending = &Pending{Version: tag, Previous: u.o.Version}
 	err := saveState(u.o.StatePath, u.st)
 	if err != nil {
 		u.st.Pending = nil

@@ -82,21 +82,6 @@ func Compare(a, b Version) int {
 	return 0
 }
 
-func (v Version) String() string {
-	var b strings.Builder
-	for i, n := range v.nums {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(strconv.FormatUint(n, 10))
-	}
-	if len(v.pre) > 0 {
-		b.WriteByte('-')
-		b.WriteString(strings.Join(v.pre, "."))
-	}
-	return b.String()
-}
-
 func at(nums []uint64, i int) uint64 {
 	if i < len(nums) {
 		return nums[i]
