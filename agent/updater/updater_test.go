@@ -161,11 +161,15 @@ func TestUpdateRefusals(t *testing.T) {
 		{"unparsable tag", releaseserver.Release{Tag: "nightly"}, false, "release tag"},
 		{"no asset", releaseserver.Release{Tag: "v1.1.0", AssetName: "openflare-agent-plan9-386"}, false, "has no asset"},
 		{"wrong version inside", releaseserver.Release{Tag: "v1.2.0"}, false, "not openflare-agent v1.2.0"},
+		{"stalled", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.Stalled}, false, "download stalled"},
+		{"over the size cap", releaseserver.Release{Tag: "v1.1.0", Binary: bytes.Repeat([]byte("x"), 4097)}, false, "the cap is 4096"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t)
-			c.rel.Binary = script("1.1.0", 0)
+			if c.rel.Binary == nil {
+				c.rel.Binary = script("1.1.0", 0)
+			}
 			if c.signed || c.rel.Fault == releaseserver.BadSignature {
 				c.rel.Key = r.key
 			}
@@ -173,7 +177,9 @@ func TestUpdateRefusals(t *testing.T) {
 				c.rel.Key = nil
 			}
 			r.rs.Set(c.rel)
-			err := r.updater("1.0.0", c.signed).Check(context.Background(), updateNow)
+			u := r.updater("1.0.0", c.signed)
+			u.o.StallTimeout, u.o.MaxSize = 300*time.Millisecond, 4096
+			err := u.Check(context.Background(), updateNow)
 			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want a refusal with %q", err, c.want)
 			}

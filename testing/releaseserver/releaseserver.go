@@ -4,7 +4,7 @@
 // /releases?per_page=20) and the asset downloads their
 // browser_download_url fields point at, on 127.0.0.1, with faults a real
 // release could show: a digest of other bytes, a body cut short, no digest
-// at all, a signature of other bytes.
+// at all, a signature of other bytes, a download that stalls.
 package releaseserver
 
 import (
@@ -36,10 +36,13 @@ const (
 	NoDigest
 	// BadSignature signs other bytes.
 	BadSignature
+	// Stalled sends half the asset and then nothing, until the client
+	// gives up or the server closes.
+	Stalled
 )
 
 func (f Fault) String() string {
-	return [...]string{"none", "wrong digest", "truncated", "no digest", "bad signature"}[f]
+	return [...]string{"none", "wrong digest", "truncated", "no digest", "bad signature", "stalled"}[f]
 }
 
 // Release is one release with the agent binary as its asset.
@@ -66,6 +69,7 @@ func DefaultAssetName() string { return "openflare-agent-" + runtime.GOOS + "-" 
 type Server struct {
 	repo string
 	srv  *httptest.Server
+	done chan struct{} // closed by Close: stalled downloads end
 
 	mu        sync.Mutex
 	releases  []Release // newest first
@@ -76,7 +80,7 @@ type Server struct {
 
 // Start serves repo ("owner/name") on 127.0.0.1.
 func Start(repo string) *Server {
-	s := &Server{repo: repo, downloads: map[string]int{}}
+	s := &Server{repo: repo, downloads: map[string]int{}, done: make(chan struct{})}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -85,7 +89,10 @@ func Start(repo string) *Server {
 func (s *Server) URL() string { return s.srv.URL }
 
 // Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
+func (s *Server) Close() {
+	close(s.done)
+	s.srv.Close()
+}
 
 // Set replaces the releases, newest first. "latest" is the first that is
 // neither a draft nor a prerelease, as on GitHub.
@@ -135,7 +142,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	prefix := "/repos/" + s.repo + "/releases"
 	switch p := r.URL.Path; {
 	case strings.HasPrefix(p, "/download/"):
-		s.serveAsset(w, strings.TrimPrefix(p, "/download/"))
+		s.serveAsset(w, r, strings.TrimPrefix(p, "/download/"))
 	case !strings.EqualFold(p, prefix) && !strings.HasPrefix(strings.ToLower(p), strings.ToLower(prefix)+"/"):
 		http.NotFound(w, r)
 	default:
@@ -207,13 +214,13 @@ func (s *Server) releaseJSON(i int) releaseJSON {
 	return out
 }
 
-func (s *Server) serveAsset(w http.ResponseWriter, rest string) {
+func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request, rest string) {
 	idx, name, _ := strings.Cut(rest, "/")
 	i, err := strconv.Atoi(idx)
 	s.mu.Lock()
 	if err != nil || i < 0 || i >= len(s.releases) {
 		s.mu.Unlock()
-		http.NotFound(w, nil)
+		http.NotFound(w, r)
 		return
 	}
 	rel := s.releases[i]
@@ -232,16 +239,27 @@ func (s *Server) serveAsset(w http.ResponseWriter, rest string) {
 	case base + ".sig":
 		body = signature(rel)
 	default:
-		http.NotFound(w, nil)
+		http.NotFound(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	if name == assetName(rel) && rel.Fault == Truncated {
-		// The handler returns with bytes still owed: the server closes
-		// the connection and the client sees an unexpected EOF.
-		w.Write(body[:len(body)/2])
-		return
+	if name == assetName(rel) {
+		switch rel.Fault {
+		case Truncated:
+			// The handler returns with bytes still owed: the server
+			// closes the connection and the client sees an unexpected EOF.
+			w.Write(body[:len(body)/2])
+			return
+		case Stalled:
+			w.Write(body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-s.done:
+			}
+			return
+		}
 	}
 	w.Write(body)
 }
