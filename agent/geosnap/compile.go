@@ -112,15 +112,25 @@ func spanOf(p netip.Prefix) span {
 }
 
 // list is a set of spans kept sorted and merged while the input ascends,
-// as a tree walk's does; sort repairs it otherwise.
+// as a tree walk's does (a sort repairs it otherwise). It grows in chunks
+// rather than by doubling one slice: a walk of a whole database fills
+// lists of unknown length, and doubling copies would briefly need twice
+// their memory.
 type list struct {
-	s        []span
+	chunks   [][]span
+	n        int
 	unsorted bool
 }
 
+const (
+	firstChunk = 64
+	maxChunk   = 4096
+)
+
 func (l *list) add(s span) {
-	if n := len(l.s); n > 0 {
-		last := &l.s[n-1]
+	if c := len(l.chunks); c > 0 {
+		tail := l.chunks[c-1]
+		last := &tail[len(tail)-1]
 		if s.lo.less(last.lo) {
 			l.unsorted = true
 		} else if after, ok := last.hi.next(); !ok || !after.less(s.lo) {
@@ -130,15 +140,30 @@ func (l *list) add(s span) {
 			return
 		}
 	}
-	l.s = append(l.s, s)
+	c := len(l.chunks)
+	if c == 0 || len(l.chunks[c-1]) == cap(l.chunks[c-1]) {
+		size := firstChunk
+		if c > 0 {
+			size = min(2*cap(l.chunks[c-1]), maxChunk)
+		}
+		l.chunks = append(l.chunks, make([]span, 0, size))
+		c++
+	}
+	l.chunks[c-1] = append(l.chunks[c-1], s)
+	l.n++
 }
 
-// sorted returns the spans ascending, disjoint and not adjacent.
-func (l *list) sorted() []span {
-	if !l.unsorted {
-		return l.s
+// flat returns the spans ascending, disjoint and not adjacent, in one
+// slice.
+func (l *list) flat() []span {
+	out := make([]span, 0, l.n)
+	for _, c := range l.chunks {
+		out = append(out, c...)
 	}
-	slices.SortFunc(l.s, func(a, b span) int {
+	if !l.unsorted {
+		return out
+	}
+	slices.SortFunc(out, func(a, b span) int {
 		if a.lo.less(b.lo) {
 			return -1
 		}
@@ -147,12 +172,26 @@ func (l *list) sorted() []span {
 		}
 		return 0
 	})
-	in := l.s
-	l.s, l.unsorted = nil, false
-	for _, s := range in {
-		l.add(s)
+	var merged list
+	for _, s := range out {
+		merged.add(s)
 	}
-	return l.s
+	return merged.flat()
+}
+
+// each calls f with the spans in ascending order.
+func (l *list) each(f func(span)) {
+	if l.unsorted {
+		for _, s := range l.flat() {
+			f(s)
+		}
+		return
+	}
+	for _, c := range l.chunks {
+		for _, s := range c {
+			f(s)
+		}
+	}
 }
 
 // without calls f with the parts of s that cover (ascending, merged) does
@@ -224,12 +263,23 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 		sets["r"+r] = &list{}
 	}
 	var flags uint32
+	// Pages of the databases already walked are handed back every so
+	// many networks, so the walk's resident set stays small whatever the
+	// database's size (mmdb.Reader.ReleasePages).
+	const releaseEvery = 1 << 15
+	walked := 0
+	release := func(r *mmdb.Reader) {
+		if walked++; walked%releaseEvery == 0 {
+			r.ReleasePages()
+		}
+	}
 	// The space the City database answers for: the Country database
 	// decides only outside it.
 	var cover list
 	if src.City != nil {
 		flags |= FlagCity
 		err := src.City.CountryNetworks(func(p netip.Prefix, country, sub string) bool {
+			release(src.City)
 			s := spanOf(p)
 			cover.add(s)
 			if l := sets["c"+country]; l != nil && country != "" {
@@ -248,8 +298,9 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 	}
 	if src.Country != nil {
 		flags |= FlagCountry
-		covered := cover.sorted()
+		covered := cover.flat()
 		err := src.Country.CountryNetworks(func(p netip.Prefix, country, _ string) bool {
+			release(src.Country)
 			if l := sets["c"+country]; l != nil && country != "" {
 				without(spanOf(p), covered, l.add)
 			}
@@ -265,13 +316,24 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 // encode writes the file. IPv4 ranges are also given as their
 // IPv4-mapped IPv6 ranges: internal/mmdb, like MaxMind's databases, answers
 // ::ffff:a.b.c.d as a.b.c.d, while the workers keep the two families apart.
+// The file is sized before it is written, so it is never copied to grow.
 func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 	names := make([]string, 0, len(sets))
-	for n := range sets {
+	size := headerSize + recordSize*len(sets)
+	for n, l := range sets {
+		if len(n) > 8 {
+			return nil, fmt.Errorf("geo snapshot: code %q is longer than 7 characters", n[1:])
+		}
 		names = append(names, n)
+		// At most: every span's IPv4 part (8 bytes) and its mirror, plus
+		// its IPv6 part (32 bytes each).
+		size += l.n * (8 + 32 + 32)
+	}
+	if size > MaxBytes {
+		size = MaxBytes
 	}
 	slices.Sort(names)
-	buf := make([]byte, headerSize+recordSize*len(names))
+	buf := make([]byte, headerSize+recordSize*len(names), size)
 	copy(buf, magic)
 	native.PutUint32(buf[8:], format)
 	native.PutUint32(buf[12:], byteOrder)
@@ -279,18 +341,21 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 	native.PutUint32(buf[80:], uint32(len(names)))
 	native.PutUint32(buf[84:], flags)
 	for i, name := range names {
-		if len(name) > 8 {
-			return nil, fmt.Errorf("geo snapshot: code %q is longer than 7 characters", name[1:])
-		}
-		var v4 []span
 		var v6 list
-		for _, s := range sets[name].sorted() {
+		rec := headerSize + recordSize*i
+		copy(buf[rec:rec+8], name)
+		native.PutUint32(buf[rec+8:], 1)
+		native.PutUint32(buf[rec+16:], uint32(len(buf)))
+		n4 := 0
+		sets[name].each(func(s span) {
 			if !v4Top.less(s.lo) {
 				part := s
 				if v4Top.less(part.hi) {
 					part.hi = v4Top
 				}
-				v4 = append(v4, part)
+				buf = native.AppendUint32(buf, uint32(part.lo.lo))
+				buf = native.AppendUint32(buf, uint32(part.hi.lo))
+				n4++
 				v6.add(span{u128{0, 0xffff<<32 | part.lo.lo}, u128{0, 0xffff<<32 | part.hi.lo}})
 			}
 			if v4Top.less(s.hi) {
@@ -300,24 +365,16 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 				}
 				v6.add(part)
 			}
-		}
-		rec := buf[headerSize+recordSize*i:]
-		copy(rec[:8], name)
-		native.PutUint32(rec[8:], 1)
-		native.PutUint32(rec[12:], uint32(len(v4)))
-		native.PutUint32(rec[16:], uint32(len(buf)))
-		for _, s := range v4 {
-			buf = native.AppendUint32(buf, uint32(s.lo.lo))
-			buf = native.AppendUint32(buf, uint32(s.hi.lo))
-		}
-		ranges6 := v6.sorted()
-		rec = buf[headerSize+recordSize*i:]
-		native.PutUint32(rec[20:], uint32(len(ranges6)))
-		native.PutUint32(rec[24:], uint32(len(buf)))
-		for _, s := range ranges6 {
+		})
+		native.PutUint32(buf[rec+12:], uint32(n4))
+		native.PutUint32(buf[rec+24:], uint32(len(buf)))
+		n6 := 0
+		v6.each(func(s span) {
 			buf = appendU128(buf, s.lo)
 			buf = appendU128(buf, s.hi)
-		}
+			n6++
+		})
+		native.PutUint32(buf[rec+20:], uint32(n6))
 		if len(buf) > MaxBytes {
 			return nil, fmt.Errorf("geo snapshot: exceeds %d bytes", MaxBytes)
 		}

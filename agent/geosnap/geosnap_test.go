@@ -2,6 +2,7 @@ package geosnap
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"encoding/binary"
 	"net/netip"
 	"os"
@@ -92,7 +93,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func open(t *testing.T, path string) *mmdb.Reader {
+func open(t testing.TB, path string) *mmdb.Reader {
 	t.Helper()
 	if path == "" {
 		return nil
@@ -422,5 +423,66 @@ func TestBuilder(t *testing.T) {
 	build(false, true)
 	if _, err := os.Stat(snapshot); !os.IsNotExist(err) {
 		t.Fatalf("snapshot after the rules went: %v", err)
+	}
+}
+
+// The span list and the subtraction against a bitmap of a small space,
+// with input in order (as a walk gives it), out of order, overlapping and
+// adjacent, across chunk boundaries.
+func TestListAndWithout(t *testing.T) {
+	const space = 1 << 14
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var l, cover list
+		var want, covered [space]bool
+		ordered := round%2 == 0
+		lo := uint64(0)
+		for range rng.IntN(3000) {
+			if !ordered {
+				lo = uint64(rng.IntN(space - 64))
+			} else if lo += uint64(rng.IntN(8)); lo >= space-64 {
+				break
+			}
+			hi := lo + uint64(rng.IntN(6))
+			l.add(span{u128{0, lo}, u128{0, hi}})
+			for a := lo; a <= hi; a++ {
+				want[a] = true
+			}
+		}
+		for range rng.IntN(40) {
+			a := uint64(rng.IntN(space - 200))
+			b := a + uint64(rng.IntN(200))
+			cover.add(span{u128{0, a}, u128{0, b}})
+			for x := a; x <= b; x++ {
+				covered[x] = true
+			}
+		}
+		var got, rest [space]bool
+		prev := span{}
+		first := true
+		l.each(func(s span) {
+			if !first {
+				if after, _ := prev.hi.next(); !after.less(s.lo) {
+					t.Fatalf("round %d: spans %v and %v overlap, touch or descend", round, prev, s)
+				}
+			}
+			first, prev = false, s
+			for a := s.lo.lo; a <= s.hi.lo; a++ {
+				got[a] = true
+			}
+			without(s, cover.flat(), func(p span) {
+				for a := p.lo.lo; a <= p.hi.lo; a++ {
+					rest[a] = true
+				}
+			})
+		})
+		for a := range space {
+			if got[a] != want[a] {
+				t.Fatalf("round %d: address %d in list %v, want %v", round, a, got[a], want[a])
+			}
+			if rest[a] != (want[a] && !covered[a]) {
+				t.Fatalf("round %d: address %d left after subtracting: %v, want %v", round, a, rest[a], want[a] && !covered[a])
+			}
+		}
 	}
 }

@@ -415,6 +415,11 @@ func TestClose(t *testing.T) {
 	if cc, err := r.Country(mustAddr("1.2.3.4")); cc != "DE" || err != nil {
 		t.Fatalf("after rename: %q, %v", cc, err)
 	}
+	// Pages handed back are read again on the next lookup.
+	r.ReleasePages()
+	if cc, err := r.Country(mustAddr("1.2.3.4")); cc != "DE" || err != nil {
+		t.Fatalf("after ReleasePages: %q, %v", cc, err)
+	}
 	s, _, err := r.LookupString(mustAddr("1.2.3.4"), "city", "names", "en")
 	if err != nil || s != "München" {
 		t.Fatal(s, err)
@@ -425,6 +430,7 @@ func TestClose(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+	r.ReleasePages() // nothing mapped any more: a no-op
 	if s != "München" { // strings do not point into the mapping
 		t.Errorf("string changed to %q", s)
 	}
