@@ -220,6 +220,12 @@ func (u *Updater) Check(ctx context.Context, t Trigger) error {
 			u.log.Warn("record update check time", "err", err)
 		}
 	}
+	// A build that cannot be ordered (a "dev" build) could never accept a
+	// release: it does not ask the API either.
+	cur, err := ParseVersion(u.o.Version)
+	if err != nil {
+		return fmt.Errorf("%w: the running version cannot be ordered, so no release is known to be newer: %w", ErrRefused, err)
+	}
 	repo := u.repoFor(t.Repo)
 	rel, err := u.lookup(ctx, repo, t.Channel, t.Tag)
 	if err != nil {
@@ -232,10 +238,6 @@ func (u *Updater) Check(ctx context.Context, t Trigger) error {
 	remote, err := ParseVersion(rel.TagName)
 	if err != nil {
 		return fmt.Errorf("%w: release tag: %w", ErrRefused, err)
-	}
-	cur, err := ParseVersion(u.o.Version)
-	if err != nil {
-		return fmt.Errorf("%w: the running version cannot be ordered, so no release is known to be newer: %w", ErrRefused, err)
 	}
 	switch c := Compare(remote, cur); {
 	case c == 0:

@@ -206,8 +206,9 @@ func TestNothingToDo(t *testing.T) {
 	if err := r.updater("1.0.0", false).Check(context.Background(), Trigger{Force: true, Tag: "v7.0.0", Repo: repo}); err != nil {
 		t.Errorf("missing tag: %v", err)
 	}
-	if err := r.updater("dev", false).Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) {
-		t.Errorf("dev build: %v", err)
+	lookups := r.rs.Lookups()
+	if err := r.updater("dev", false).Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) || r.rs.Lookups() != lookups {
+		t.Errorf("dev build: %v, %d lookups", err, r.rs.Lookups()-lookups)
 	}
 	if r.rs.Downloads(releaseserver.DefaultAssetName()) != 0 || len(r.execs) != 0 {
 		t.Error("downloaded or executed")
