@@ -42,7 +42,7 @@ type geoipDBs struct {
 	// previous ones (landed); settle then asks for a build of the codes
 	// that stayed.
 	landedCodes atomic.Bool
-	log     *slog.Logger
+	log         *slog.Logger
 }
 
 // newGeoIP builds the updaters from the config; changed is called after a
@@ -106,6 +106,11 @@ func (g *geoipDBs) loop(ctx context.Context) {
 		wg.Go(func() { u.Run(ctx) })
 	}
 	g.rebuildSoon()
+	// A database the owner replaced by hand (maintenance "off") is seen
+	// within a minute while geo rules are active; the check is a stat of
+	// each file when nothing changed.
+	poll := time.NewTicker(time.Minute)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,6 +118,10 @@ func (g *geoipDBs) loop(ctx context.Context) {
 			return
 		case <-g.rebuild:
 			g.build(false)
+		case <-poll.C:
+			if !g.snap.Status().Codes.Empty() {
+				g.build(false)
+			}
 		}
 	}
 }

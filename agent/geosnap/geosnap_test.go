@@ -2,8 +2,8 @@ package geosnap
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"

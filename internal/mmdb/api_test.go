@@ -430,7 +430,7 @@ func TestClose(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	r.ReleasePages() // nothing mapped any more: a no-op
+	r.ReleasePages()    // nothing mapped any more: a no-op
 	if s != "München" { // strings do not point into the mapping
 		t.Errorf("string changed to %q", s)
 	}

@@ -9,7 +9,7 @@
 -- each tick one worker at most (the holder of a short lock in the shared
 -- dict) learns the version on disk (a small checksum file, or the file's
 -- own 88-byte header) and, when it changed and the file carries it,
--- publishes it. Every worker then adopts the published version by mapping
+-- publishes it; a worker's first tick does so whatever the lock. Every worker then adopts the published version by mapping
 -- the file read-only (64-bit Linux: all workers share one copy in the page
 -- cache, and only the pages a lookup touches count in a worker) or else by
 -- reading it into one Lua string. Requests binary-search the ranges in
@@ -436,12 +436,15 @@ function _M.new(spec)
             " bytes, ", next_state.blob.how, ")")
     end
 
-    local function tick(premature)
+    local function tick(premature, first)
         if premature then
             return
         end
         local dict = ngx.shared[DICT_NAME]
-        if dict:safe_add(spec.lock_key, true, LOCK_SECONDS) then
+        -- A worker's first tick reads the disk whoever holds the lock: the
+        -- agent may have written a new file just before the reload that
+        -- started this worker, and its first request must see it.
+        if first or dict:safe_add(spec.lock_key, true, LOCK_SECONDS) then
             local ok, err = pcall(refresh, dict)
             if not ok then
                 ngx.log(ngx.ERR, "openflare waf: ", what, " refresh failed: ", err)
@@ -469,7 +472,7 @@ function _M.new(spec)
         started = true
         -- The first tick runs now, so a fresh worker serves its first
         -- request with the snapshot already published by its predecessors.
-        tick(false)
+        tick(false, true)
         return true
     end
 
