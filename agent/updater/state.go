@@ -17,7 +17,9 @@ type fileState struct {
 	// first successful heartbeat, or its rollback.
 	Pending *Pending `json:"pending,omitempty"`
 	// Failed lists versions that failed their trial or were rolled back:
-	// never tried again. The newest last, at most maxFailed.
+	// never tried again, except once a version rolled back only for want
+	// of a heartbeat (Failure.Unconfirmed). The newest last, at most
+	// maxFailed.
 	Failed []Failure `json:"failed,omitempty"`
 	// LastAutoCheckUnix spaces auto_update's release lookups an hour apart
 	// across restarts too.
@@ -40,6 +42,12 @@ type Failure struct {
 	From    string `json:"from"` // the version that stayed, or came back
 	Reason  string `json:"reason"`
 	AtUnix  int64  `json:"at_unix"`
+	// Unconfirmed: rolled back only because no heartbeat succeeded in
+	// time, which a server outage alone causes too. Once the restored
+	// version has reached the server (Reached), the server was up and
+	// the version gets one more try; a second such rollback is final.
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
+	Reached     bool `json:"reached,omitempty"`
 }
 
 // maxFailed bounds the list: a version string each, kept for good.

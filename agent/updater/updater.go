@@ -268,16 +268,27 @@ func (u *Updater) repoFor(server string) string {
 	return u.o.Repo
 }
 
+// failed returns the failure that rules v out, if any: any failure but an
+// unconfirmed rollback, a second unconfirmed rollback, or one whose
+// previous version has not reached the server since.
 func (u *Updater) failed(v Version) *Failure {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	var out *Failure
+	unconfirmed := 0
 	for i := range u.st.Failed {
-		if f, err := ParseVersion(u.st.Failed[i].Version); err == nil && Compare(f, v) == 0 {
-			f := u.st.Failed[i]
-			return &f
+		if f, err := ParseVersion(u.st.Failed[i].Version); err != nil || Compare(f, v) != 0 {
+			continue
 		}
+		f := u.st.Failed[i]
+		if f.Unconfirmed {
+			if unconfirmed++; unconfirmed == 1 && f.Reached {
+				continue
+			}
+		}
+		out = &f
 	}
-	return nil
+	return out
 }
 
 // install downloads, verifies, tries, swaps and executes rel's binary.
@@ -350,7 +361,7 @@ func (u *Updater) install(ctx context.Context, rel *release) error {
 	}
 	// Still here: the new binary could not even be executed.
 	reason := fmt.Sprintf("exec %s: %v", u.o.Exe, err)
-	if rerr := u.restore(reason); rerr != nil {
+	if rerr := u.restore(reason, false); rerr != nil {
 		return fmt.Errorf("self-update: %s; restoring the previous binary: %w", reason, rerr)
 	}
 	return fmt.Errorf("%w: %s", ErrRefused, reason)
@@ -464,7 +475,7 @@ func (u *Updater) Boot() {
 			u.log.Warn("self-update: count this start", "err", err)
 		}
 		if boots >= maxBoots {
-			u.rollback(fmt.Sprintf("crashed on start %d times before a successful heartbeat", boots-1))
+			u.rollback(fmt.Sprintf("crashed on start %d times before a successful heartbeat", boots-1), false)
 			return
 		}
 		u.log.Info("self-update: new version starting; it must reach a successful heartbeat", "version", u.o.Version, "previous", p.Previous, "start", boots, "within", u.o.ConfirmTimeout)
@@ -502,7 +513,23 @@ func (u *Updater) Confirm() {
 	u.mu.Lock()
 	p := u.st.Pending
 	if p == nil || !sameVersion(u.o.Version, p.Version) {
+		// A version rolled back from for want of a heartbeat, by this
+		// one, which does reach the server: that rollback may have been
+		// the server's outage (Failure.Unconfirmed).
+		changed := false
+		for i := range u.st.Failed {
+			if f := &u.st.Failed[i]; f.Unconfirmed && !f.Reached && sameVersion(f.From, u.o.Version) {
+				f.Reached, changed = true, true
+			}
+		}
+		var err error
+		if changed {
+			err = saveState(u.o.StatePath, u.st)
+		}
 		u.mu.Unlock()
+		if err != nil {
+			u.log.Warn("self-update: record that the server is reachable", "err", err)
+		}
 		return
 	}
 	u.st.Pending = nil
@@ -521,12 +548,13 @@ func (u *Updater) Expire() {
 	if _, ok := u.ConfirmDeadline(); !ok {
 		return
 	}
-	u.rollback(fmt.Sprintf("no successful heartbeat within %v of its start", u.o.ConfirmTimeout))
+	u.rollback(fmt.Sprintf("no successful heartbeat within %v of its start", u.o.ConfirmTimeout), true)
 }
 
-// rollback puts the previous binary back and executes it.
-func (u *Updater) rollback(reason string) {
-	if err := u.restore(reason); err != nil {
+// rollback puts the previous binary back and executes it; unconfirmed
+// says the version only failed to reach the server in time.
+func (u *Updater) rollback(reason string, unconfirmed bool) {
+	if err := u.restore(reason, unconfirmed); err != nil {
 		u.log.Error("self-update: cannot roll back; this version keeps running", "version", u.o.Version, "reason", reason, "err", err)
 		return
 	}
@@ -537,7 +565,7 @@ func (u *Updater) rollback(reason string) {
 
 // restore renames <exe>.bak over <exe> and records the pending version as
 // failed.
-func (u *Updater) restore(reason string) error {
+func (u *Updater) restore(reason string, unconfirmed bool) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	p := u.st.Pending
@@ -552,7 +580,7 @@ func (u *Updater) restore(reason string) error {
 		u.log.Warn("self-update: fsync the binary's directory", "err", err)
 	}
 	u.st.Pending = nil
-	u.addFailureLocked(Failure{Version: p.Version, From: p.Previous, Reason: reason, AtUnix: time.Now().Unix()})
+	u.addFailureLocked(Failure{Version: p.Version, From: p.Previous, Reason: reason, AtUnix: time.Now().Unix(), Unconfirmed: unconfirmed})
 	if err := saveState(u.o.StatePath, u.st); err != nil {
 		u.log.Warn("self-update: record the rollback", "err", err)
 	}

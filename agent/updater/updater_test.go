@@ -359,3 +359,60 @@ func TestPreviousBinaryClearsPending(t *testing.T) {
 		t.Error("checks stay blocked")
 	}
 }
+
+// A rollback for want of a heartbeat may have been the server's outage:
+// once the previous version reaches the server, the new one gets a second
+// try; a second such rollback is final.
+func TestUnconfirmedRollbackRetriedOnce(t *testing.T) {
+	r := newRig(t)
+	newBin := r.installed()
+	expire := func() {
+		t.Helper()
+		u := r.updater("1.1.0", false)
+		u.Boot()
+		u.Expire()
+		if !bytes.Equal(r.binary(), r.old) {
+			t.Fatal("not rolled back")
+		}
+	}
+	check := func(confirmed bool) error {
+		t.Helper()
+		old := r.updater("1.0.0", false)
+		old.o.Exec = func(string, []string, []string) error { return nil }
+		old.Boot()
+		if confirmed {
+			old.Confirm()
+		}
+		return old.Check(context.Background(), updateNow)
+	}
+	expire()
+	// The server still unreachable: not yet.
+	if err := check(false); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not tried again") {
+		t.Fatalf("retried before the previous version reached the server: %v", err)
+	}
+	// Reached: tried once more (the state survives a restart, check
+	// builds a new Updater from the file).
+	r.updater("1.0.0", false).Confirm()
+	if err := check(false); err != nil {
+		t.Fatalf("second try: %v", err)
+	}
+	if !bytes.Equal(r.binary(), newBin) {
+		t.Fatal("the second try did not swap the binary in")
+	}
+	expire()
+	if err := check(true); !errors.Is(err, ErrRefused) {
+		t.Fatalf("tried a third time: %v", err)
+	}
+	// A crash rollback is final at once.
+	r2 := newRig(t)
+	r2.installed()
+	for range maxBoots {
+		r2.updater("1.1.0", false).Boot()
+	}
+	old := r2.updater("1.0.0", false)
+	old.Boot()
+	old.Confirm()
+	if err := old.Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a crashed version was tried again: %v", err)
+	}
+}
