@@ -548,3 +548,101 @@ func serversUsing(route, module string) []string {
 	}
 	return out
 }
+
+// securityDiffer runs random query strings through security_check with
+// every flag on, which proves most of them clean from the whole query
+// string, and through the per-argument scan it falls back to; it answers
+// "<disagreements> <hits> <queries>". The fragments are tokens in several
+// encodings and cases, their near-misses and separators.
+const securityDiffer = `
+local security = require("waf.security")
+local config = {}
+for _, f in ipairs(security.FLAGS) do
+    config[f] = true
+end
+local frags = { "union", " ", "+", "select", "%20", "%2520", "&", "=", "&=", "'", "%27", "%2527", " or ", "1=1",
+    "sleep(", "SLEEP(", "5", "x", "benchmark(", "javascript:", "JavaScript:", "alert", "(", '"', "eval(", "eval",
+    "window.", "<script", "%3Cscript", "%253Cscript", "..", "/", "%2f", "%252f", "\\", "%5c", "%00", "%2500",
+    "php://", "file://", ";wget", "|sh ", "|sh%09", "\96id\96", "$(id)", "&&curl", "http://127.0.0.1", "169.254.",
+    "%0d%0a", "%250d%250a", "%0D", "%0a", "onerror=", "ONLOAD=", "document.cookie", "%", "%2", "%G", "a", "B",
+    ",", ";", "<", "information_schema", "/**/", "%26", "%3d", "hello", "world", "k1=v1", "%252", "5",
+    "%25253Cscript", "%2525", "%25", "3C", "script", "%252527", "%25252f", "=javascript:", "&javascript:(" }
+math.randomseed(tonumber(ngx.var.arg_seed))
+local function scan_args()
+    local function any(v)
+        if type(v) == "table" then
+            for _, x in ipairs(v) do
+                if any(x) then
+                    return true
+                end
+            end
+            return false
+        end
+        return security.hits(config, "QUERY", v == true and "true" or v)
+    end
+    for k, v in pairs(ngx.req.get_uri_args(100)) do
+        if security.hits(config, "QUERY", k) or any(v) then
+            return true
+        end
+    end
+    return false
+end
+local differ, hits, n = 0, 0, tonumber(ngx.var.arg_n)
+for _ = 1, n do
+    local t = {}
+    for k = 1, math.random(1, 10) do
+        t[k] = frags[math.random(#frags)]
+    end
+    local q = table.concat(t)
+    ngx.req.set_uri_args(q)
+    local hit = scan_args()
+    if hit then
+        hits = hits + 1
+    end
+    if security.check(config) == hit then
+        differ = differ + 1
+        ngx.log(ngx.ERR, "security_check and the per-argument scan disagree on ", q)
+    end
+end
+ngx.print(differ, " ", hits, " ", n)
+`
+
+// TestSecurityQueryWholeMatchesArgs: security_check decides most query
+// strings from the whole string; on random queries it must agree with the
+// per-argument scan (DATAPLANE 2.6) that the cross-checks against the
+// document's tables test through security.hits.
+func TestSecurityQueryWholeMatchesArgs(t *testing.T) {
+	root := t.TempDir()
+	luaDir := filepath.Join(root, "lua")
+	for _, f := range luaassets.Files(luaassets.Vars{RuntimeConfigDir: root}) {
+		p := filepath.Join(luaDir, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := nginxtest.Start(t, fmt.Sprintf(`
+    lua_package_path "%[1]s/?.lua;%[1]s/?/init.lua;;";
+    server {
+        listen 80;
+        location = /differ { content_by_lua_block { %[2]s } }
+    }
+`, luaDir, securityDiffer))
+	nginxtest.WaitPort(t, "127.0.0.1:80")
+	for seed := 1; seed <= 3; seed++ {
+		got := do(t, otherAddr, http.MethodGet, "differ.test", fmt.Sprintf("/differ?seed=%d&n=10000", seed), nil)
+		var differ, hits, n int
+		if _, err := fmt.Sscan(got.body, &differ, &hits, &n); err != nil || got.status != 200 {
+			t.Fatalf("seed %d: %d %q\n%s", seed, got.status, got.body, s.ErrorLog())
+		}
+		t.Logf("seed %d: %d of %d random queries hit", seed, hits, n)
+		if differ != 0 {
+			t.Errorf("seed %d: %d of %d queries decided differently:\n%s", seed, differ, n, s.ErrorLog())
+		}
+		if hits < n/10 || hits > n*9/10 {
+			t.Errorf("seed %d: %d hits in %d queries: the fragments no longer exercise both outcomes", seed, hits, n)
+		}
+	}
+}
