@@ -4,8 +4,9 @@
 #   sh install.sh --binary ./openflare-agent-linux-arm64 \
 #       --server-url https://openflare.example.com --discovery-token TOKEN
 #
-# Debian, Ubuntu, Raspberry Pi OS: the binary goes to /usr/local/bin and a
-# systemd unit runs it as root in a sandbox. OpenWrt (detected from
+# Debian, Ubuntu, Raspberry Pi OS: the binary goes to
+# /usr/local/lib/openflare-agent, linked from /usr/local/bin, and a systemd
+# unit runs it as root in a sandbox. OpenWrt (detected from
 # /etc/openwrt_release): /usr/bin and a procd init script, also as root.
 # Either way nginx's workers run as an unprivileged user (agent.json
 # nginx_user, which a new install pins) and cannot read the agent's files.
@@ -25,7 +26,8 @@
 # instead of the command line, which keeps them out of the process list.
 # They are never printed.
 #
-# Running it again upgrades: the same files with the same modes. An
+# Running it again upgrades: the same files with the same modes (a binary
+# that earlier installs put in /usr/local/bin itself becomes the link). An
 # agent_token already in agent.json (the node has registered) is kept unless
 # --agent-token is given, and keys this script does not set are kept as
 # they are.
@@ -121,11 +123,12 @@ fi
 here=$(cd "$(dirname "$0")" && pwd -P)
 
 # Temporary files, removed however the script ends.
-tmp='' unit='' dest=''
+tmp='' unit='' dest='' link_path=''
 cleanup() {
 	[ -z "$tmp" ] || rm -f "$tmp" "$tmp.kept"
 	[ -z "$unit" ] || rm -f "$unit"
 	[ -z "$dest" ] || rm -f "$dest.new"
+	[ -z "$link_path" ] || rm -f "$link_path.new"
 }
 trap cleanup EXIT
 
@@ -274,16 +277,29 @@ check_data_dir() {
 }
 
 # --- Where things go. ---
+# Under systemd the sandbox lets the agent write its binary's directory
+# for self-update, so the binary gets a directory of its own rather than
+# making all of /usr/local/bin writable; the command line finds it through
+# a symbolic link. OpenWrt has no sandbox, and /usr/bin is writable.
+link=''
 if [ -f "$prefix/etc/openwrt_release" ]; then
 	platform=openwrt
 	bin_dir=/usr/bin
 	svc_src=$here/openwrt/openflare-agent.init
 else
 	platform=systemd
-	bin_dir=/usr/local/bin
+	bin_dir=/usr/local/lib/openflare-agent
+	link=/usr/local/bin/openflare-agent
 	svc_src=$here/systemd/openflare-agent.service
 fi
 [ -f "$svc_src" ] || die "$svc_src not found: run install.sh from the release archive (or cross/); nothing installed"
+if [ -n "$link" ]; then
+	# The unit makes this directory writable: a symlink would widen that
+	# to wherever it points.
+	[ ! -L "$prefix$bin_dir" ] || die "$bin_dir is a symbolic link: make it a plain directory; nothing changed"
+	# mv would put the new link inside a directory instead of replacing it.
+	[ ! -d "$prefix$link" ] || die "$link is a directory: remove it; nothing changed"
+fi
 conf_dir=/etc/openflare
 conf=$conf_dir/agent.json
 real_root=false
@@ -421,6 +437,9 @@ if [ "$platform" = systemd ]; then
 		[ -f "$f" ] || continue
 		u=$(sed -n 's/^[[:space:]]*User=[[:space:]]*//p' "$f" | sed -n '$p')
 		[ -z "$u" ] || service_user=$u
+		if awk '/^[[:space:]]*ReadWritePaths=.*\/usr\/local\/bin/ { found = 1 } END { exit !found }' "$f"; then
+			say "note: $f makes /usr/local/bin writable: self-update needs only /usr/local/lib/openflare-agent, which the unit allows; remove that line"
+		fi
 	done
 	case $service_user in
 	root | 0) service_user='' ;;
@@ -442,6 +461,10 @@ if [ "$platform" = systemd ] && [ -z "$service_user" ]; then
 fi
 
 mkdir -p "$prefix$conf_dir" "$prefix$data_dir" "$prefix$bin_dir"
+if [ -n "$link" ]; then
+	chmod 0755 "$prefix$bin_dir"
+	if [ "$(id -u)" = 0 ]; then chown 0:0 "$prefix$bin_dir"; fi
+fi
 # Workers traverse the data directory (o+x) but cannot list it; the agent
 # itself opens it so at start, and a re-run that closed it would cut the
 # workers off until then. /etc/openflare holds agent.json (0600) and is
@@ -585,6 +608,20 @@ else
 	say "installed $dest"
 fi
 chmod 0755 "$dest"
+
+# The link replaces whatever is at its path in one rename: an agent
+# running from a binary that earlier installs put there keeps its inode.
+if [ -n "$link" ]; then
+	link_path=$prefix$link
+	target=$bin_dir/openflare-agent
+	if [ ! -L "$link_path" ] || [ "$(readlink "$link_path")" != "$target" ]; then
+		rm -f "$link_path.new"
+		mkdir -p "$(dirname "$link_path")"
+		ln -s "$target" "$link_path.new"
+		mv -f "$link_path.new" "$link_path"
+		say "linked $link_path -> $target"
+	fi
+fi
 
 # --- The service. ---
 # install_file SRC DEST MODE: copy unless identical; report whether changed.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -24,7 +25,7 @@ import (
 
 // The tools install.sh may use. PATH holds only these, so neither systemctl
 // nor useradd is found, and a tool the script starts to need shows up here.
-var installTools = []string{"sh", "awk", "cat", "chmod", "chown", "cmp", "cp", "dirname", "find", "id", "mkdir", "mv", "rm", "sed", "sha256sum", "sleep", "tr"}
+var installTools = []string{"sh", "awk", "cat", "chmod", "chown", "cmp", "cp", "dirname", "find", "id", "ln", "mkdir", "mv", "readlink", "rm", "sed", "sha256sum", "sleep", "tr"}
 
 // Tokens with characters JSON must escape; neither form may ever be printed.
 const (
@@ -220,9 +221,9 @@ var freshArgs = []string{
 	"--openresty-path", "/usr/sbin/nginx",
 }
 
-// A fresh systemd install writes exactly the binary, agent.json, the unit
-// and the two directories, with the right modes; a second run changes
-// nothing.
+// A fresh systemd install writes exactly the binary in a directory of its
+// own, the link to it, agent.json, the unit and the two directories, with
+// the right modes; a second run changes nothing.
 func TestInstallFreshAndIdempotent(t *testing.T) {
 	forEachUserland(t, func(t *testing.T, in *installer) {
 		root := t.TempDir()
@@ -240,6 +241,7 @@ func TestInstallFreshAndIdempotent(t *testing.T) {
 			"etc", "etc/openflare", "etc/openflare/agent.json",
 			"etc/systemd", "etc/systemd/system", "etc/systemd/system/openflare-agent.service",
 			"usr", "usr/local", "usr/local/bin", "usr/local/bin/openflare-agent",
+			"usr/local/lib", "usr/local/lib/openflare-agent", "usr/local/lib/openflare-agent/openflare-agent",
 			"var", "var/lib", "var/lib/openflare",
 		}
 		if !reflect.DeepEqual(paths, want) {
@@ -249,14 +251,13 @@ func TestInstallFreshAndIdempotent(t *testing.T) {
 			"etc/openflare/agent.json":                   0o600,
 			"etc/openflare":                              0o750,
 			"var/lib/openflare":                          0o751,
-			"usr/local/bin/openflare-agent":              0o755,
 			"etc/systemd/system/openflare-agent.service": 0o644,
 		} {
 			if got := modeOf(t, filepath.Join(root, p)); got != mode {
 				t.Errorf("%s: mode %v, want %v", p, got, mode)
 			}
 		}
-		sameFile(t, filepath.Join(root, "usr/local/bin/openflare-agent"), in.binary)
+		checkBinaryLayout(t, root, in.binary)
 		sameFile(t, filepath.Join(root, "etc/systemd/system/openflare-agent.service"),
 			filepath.Join(testsupport.ModuleRoot(t), "cross", "systemd", "openflare-agent.service"))
 
@@ -281,6 +282,91 @@ func TestInstallFreshAndIdempotent(t *testing.T) {
 		}
 		if strings.Count(out, "unchanged") != 3 {
 			t.Errorf("second run should leave agent.json, binary and unit unchanged:\n%s", out)
+		}
+	})
+}
+
+// checkBinaryLayout: under systemd the binary is 0755 in a 0755 directory
+// of its own, the only one the unit lets self-update write, and
+// /usr/local/bin/openflare-agent is an absolute link to it (absolute, so
+// that it holds in the image a --root install builds).
+func checkBinaryLayout(t *testing.T, root, binary string) {
+	t.Helper()
+	const real = "/usr/local/lib/openflare-agent/openflare-agent"
+	for p, mode := range map[string]fs.FileMode{filepath.Dir(real): 0o755, real: 0o755} {
+		if got := modeOf(t, filepath.Join(root, p)); got != mode {
+			t.Errorf("%s: mode %v, want %v", p, got, mode)
+		}
+	}
+	sameFile(t, filepath.Join(root, real), binary)
+	if target, err := os.Readlink(filepath.Join(root, "usr/local/bin/openflare-agent")); err != nil || target != real {
+		t.Errorf("/usr/local/bin/openflare-agent: link to %q (%v), want %s", target, err, real)
+	}
+	u := unitDirectives(t, root)
+	if len(u["ExecStart"]) != 1 || !strings.HasPrefix(u["ExecStart"][0], real+" ") {
+		t.Errorf("ExecStart %q, want %s", u["ExecStart"], real)
+	}
+	if rw := strings.Fields(strings.Join(u["ReadWritePaths"], " ")); !slices.Contains(rw, filepath.Dir(real)) || slices.Contains(rw, "/usr/local/bin") {
+		t.Errorf("ReadWritePaths %q, want the binary's directory and not /usr/local/bin", rw)
+	}
+}
+
+// An install of the old layout, the binary itself in /usr/local/bin and a
+// unit running it from there, ends with the binary in its own directory,
+// the link in its place and the unit replaced; nothing is left beside the
+// link, and a second run changes nothing. A drop-in that made
+// /usr/local/bin writable for self-update gets a note.
+func TestInstallUpgradeFromBinaryInUsrLocalBin(t *testing.T) {
+	forEachUserland(t, func(t *testing.T, in *installer) {
+		root := t.TempDir()
+		writeConf(t, root, `{"server_url": "https://openflare.example.com", "agent_token": "`+agentToken+`", "data_dir": "/var/lib/openflare"}`)
+		old := filepath.Join(root, "usr/local/bin/openflare-agent")
+		for p, content := range map[string]string{
+			old: "#!/bin/sh\necho old openflare-agent\n",
+			filepath.Join(root, "etc/systemd/system/openflare-agent.service"):               "[Service]\nExecStart=/usr/local/bin/openflare-agent -config /etc/openflare/agent.json\nProtectSystem=strict\nReadWritePaths=/var/lib/openflare /etc/openflare\n",
+			filepath.Join(root, "etc/systemd/system/openflare-agent.service.d/update.conf"): "[Service]\nReadWritePaths=/usr/local/bin\n",
+		} {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The running old agent's binary: the upgrade must leave its inode
+		// as it was, only unlinked from /usr/local/bin.
+		running, err := os.Open(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer running.Close()
+
+		out := in.mustRun(root, nil)
+		if !strings.Contains(out, "linked "+old+" -> /usr/local/lib/openflare-agent/openflare-agent") {
+			t.Errorf("output does not say the link replaced the binary:\n%s", out)
+		}
+		if !strings.Contains(out, "update.conf makes /usr/local/bin writable") {
+			t.Errorf("no note about the drop-in that makes /usr/local/bin writable:\n%s", out)
+		}
+		checkBinaryLayout(t, root, in.binary)
+		if b, err := io.ReadAll(running); err != nil || string(b) != "#!/bin/sh\necho old openflare-agent\n" {
+			t.Errorf("the old binary's inode changed: %q, %v", b, err)
+		}
+		entries, err := os.ReadDir(filepath.Join(root, "usr/local/bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 || entries[0].Type() != fs.ModeSymlink {
+			t.Errorf("/usr/local/bin holds %v, want only the link", entries)
+		}
+
+		before := tree(t, root)
+		out = in.mustRun(root, nil)
+		if after := tree(t, root); !reflect.DeepEqual(after, before) {
+			t.Errorf("second run changed the tree:\nbefore %v\nafter  %v", before, after)
+		}
+		if strings.Contains(out, "linked") {
+			t.Errorf("second run relinks:\n%s", out)
 		}
 	})
 }
@@ -420,7 +506,7 @@ func TestInstallDataDirInUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(unit), "\nReadWritePaths=/srv/edge|data /etc/openflare\n") || strings.Contains(string(unit), "/var/lib/openflare") {
+	if !strings.Contains(string(unit), "\nReadWritePaths=/srv/edge|data /etc/openflare /usr/local/lib/openflare-agent\n") || strings.Contains(string(unit), "/var/lib/openflare") {
 		t.Fatalf("unit does not use the data dir:\n%s", unit)
 	}
 }
@@ -749,7 +835,7 @@ func TestInstallFreshRunsAsRoot(t *testing.T) {
 		if o := owner(t, conf); o != [2]int{0, 0} || modeOf(t, conf) != 0o600 {
 			t.Errorf("agent.json owner %v mode %v, want root's and 0600", o, modeOf(t, conf))
 		}
-		for _, d := range []string{"etc/openflare", "var/lib/openflare"} {
+		for _, d := range []string{"etc/openflare", "var/lib/openflare", "usr/local/lib/openflare-agent"} {
 			if o := owner(t, filepath.Join(root, d)); o != [2]int{0, 0} {
 				t.Errorf("%s owner %v, want root", d, o)
 			}
@@ -1005,11 +1091,11 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// verify wants ExecStart to exist: the installed fake binary.
+	// verify wants ExecStart to exist: the fake binary stands in.
 	if err := os.Chmod(in.binary, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.ReplaceAll(string(unit), "/usr/local/bin/openflare-agent", in.binary)
+	text := strings.ReplaceAll(string(unit), "/usr/local/lib/openflare-agent/openflare-agent", in.binary)
 	p := filepath.Join(t.TempDir(), "openflare-agent.service")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
