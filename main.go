@@ -40,12 +40,6 @@ const usage = `usage:
   openflare-agent -version                        print the version
 `
 
-// exitUsage is EX_USAGE from sysexits.h. Not 2, which the flag package
-// suggests: Go exits 2 on a panic too, and the systemd unit must restart a
-// panic (a self-updated binary rolls back at its third start) but not a
-// wrong command line (RestartPreventExitStatus=64).
-const exitUsage = 64
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -57,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "./agent.json", "path of agent.json")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return command.ExitUsage
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "openflare-agent %s (commit %s) %s %s/%s\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
@@ -79,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return command.Status(*configPath, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
-		return exitUsage
+		return command.ExitUsage
 	}
 }
 

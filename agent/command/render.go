@@ -23,11 +23,11 @@ func Render(args []string, stdout, stderr io.Writer) int {
 	snapshot := fs.String("snapshot", "", "E4 reply (JSON) to render")
 	out := fs.String("out", "", "directory to write the rendered files to")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return ExitUsage
 	}
 	if *snapshot == "" || *out == "" {
 		fmt.Fprintln(stderr, "usage: openflare-agent render -snapshot active.json -out DIR")
-		return 2
+		return ExitUsage
 	}
 	ac, err := readSnapshot(*snapshot)
 	if err != nil {
