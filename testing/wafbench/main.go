@@ -26,9 +26,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/geosnap"
 	"github.com/openflare/openflare-agent/agent/ipgroups"
 	"github.com/openflare/openflare-agent/agent/luaassets"
 	"github.com/openflare/openflare-agent/testing/benchkit"
+	"github.com/openflare/openflare-agent/testing/geodb"
 	"github.com/openflare/openflare-agent/testing/loadgen"
 	"github.com/openflare/openflare-agent/testing/nginxtest"
 	"github.com/openflare/openflare-agent/testing/nstest"
@@ -83,7 +85,13 @@ func rows() []row {
 			name: "ip_match over a 100 000-entry IP group", path: "/",
 			node: obj{"type": "ip_match", "config": obj{"ip_group_ids": []int{3}}}, allowOn: "false",
 			prepare: func(b *bench) error { return b.writeIPGroup(3, bigIPList()) },
-			ready:   func(b *bench) error { return b.waitAdopted() },
+			ready:   func(b *bench) error { return b.waitAdopted("IP group") },
+		},
+		{
+			name: "geo_match, 10 countries, City and Country databases of 400 000 networks each", path: "/",
+			node: obj{"type": "geo_match", "config": obj{"countries": geoCountries[:10]}}, allowOn: "false",
+			prepare: func(b *bench) error { return b.writeGeo() },
+			ready:   func(b *bench) error { return b.waitAdopted("geo") },
 		},
 		{
 			name: "security_check, all nine flags, 4 KiB query", path: "/?" + cleanQuery4K(),
@@ -297,15 +305,46 @@ func (b *bench) writeIPGroup(id int, list []string) error {
 	return nil
 }
 
-// waitAdopted waits until every worker has adopted an IP-group snapshot.
-func (b *bench) waitAdopted() error {
+// waitAdopted waits until every worker has adopted a snapshot of what
+// ("IP group", "geo").
+func (b *bench) waitAdopted(what string) error {
 	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(b.nginx.ErrorLog(), "adopted IP group snapshot") < len(b.nginx.WorkerPIDs()) {
+	for strings.Count(b.nginx.ErrorLog(), "adopted "+what+" snapshot") < len(b.nginx.WorkerPIDs()) {
 		if time.Now().After(deadline) {
-			return errors.New("the IP-group snapshot was not adopted within 30 s")
+			return fmt.Errorf("the %s snapshot was not adopted within 30 s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil
+}
+
+// geoCountries are the codes of the generated databases.
+var geoCountries = []string{"US", "DE", "FR", "GB", "JP", "CN", "BR", "IN", "RU", "IT", "NL", "SE", "PL", "ES", "CA"}
+
+// writeGeo writes full-size City and Country databases with MaxMind's
+// writer and compiles the geo snapshot as the agent does (agent/geosnap).
+// The client, 127.0.0.1, is in neither database, so every request
+// searches each listed country's ranges to the end.
+func (b *bench) writeGeo() error {
+	if why := geodb.Available(); why != "" {
+		return errors.New(why)
+	}
+	for i, db := range []struct{ path, typ string }{{b.vars.CityMMDBPath, "GeoLite2-City"}, {b.vars.CountryMMDBPath, "GeoLite2-Country"}} {
+		if err := geodb.Write(db.path, geodb.Options{Type: db.typ, Epoch: 1}, geodb.Synthetic(400_000, uint64(i+1), geoCountries)); err != nil {
+			return err
+		}
+	}
+	builder := &geosnap.Builder{Dir: b.runtimeDir, CityPath: b.vars.CityMMDBPath, CountryPath: b.vars.CountryMMDBPath}
+	began := time.Now()
+	if _, err := builder.Build(false); err != nil {
+		return err
+	}
+	fi, err := os.Stat(filepath.Join(b.runtimeDir, geosnap.Name))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("geo snapshot: compiled in %v, %.1f MiB (BenchmarkCompileFullSize in agent/geosnap has the memory figures)\n\n",
+		time.Since(began).Round(time.Millisecond), float64(fi.Size())/(1<<20))
 	return nil
 }
 
