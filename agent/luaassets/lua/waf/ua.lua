@@ -3,29 +3,45 @@
 -- compile(config) turns a node config into a checker once per worker (the
 -- runtime calls it for every ua_check node when it loads the rules; a
 -- config it has not seen is compiled on first use). check(config) then
--- classifies the trimmed, lower-cased User-Agent with one regex scan per
--- table (browser, OS) and applies the node's rules in the documented order.
+-- classifies the trimmed, lower-cased User-Agent in one pass over it (both
+-- tables at once) and applies the node's rules in the documented order.
 --
 -- Custom patterns are PCRE (ngx.re.find, "jo"), matched case-sensitively
 -- and unanchored against the original User-Agent, as the server validates
 -- them as regular expressions. A pattern PCRE cannot compile makes the node
 -- an error, so requests reaching it fail closed.
 
+local bit = require("bit")
+
 local ngx = ngx
 local re_find = ngx.re.find
-local find = string.find
+local band = bit.band
+local bor = bit.bor
+local lshift = bit.lshift
+local assert = assert
+local byte = string.byte
 local lower = string.lower
 local match = string.match
-local sub = string.sub
-local concat = table.concat
-local gsub = string.gsub
 local ipairs = ipairs
-local pairs = pairs
 local setmetatable = setmetatable
 local tostring = tostring
 local type = type
 
 local _M = {}
+
+local EMPTY = {}
+
+-- The bytes Lua's %s matches: tab, LF, VT, FF, CR, space.
+local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
+
+-- s without leading and trailing white space. Byte tests first: the
+-- pattern alone would be tried at every position of the string.
+local function trim(s)
+    if SPACE[byte(s, 1)] or SPACE[byte(s, -1)] then
+        return match(s, "^%s*(.-)%s*$")
+    end
+    return s
+end
 
 -- Rules in priority order: the first rule with a token that is a substring
 -- of the lower-cased User-Agent wins, unless the UA also contains one of the
@@ -53,98 +69,130 @@ local OSES = {
     { label = "Bot", tokens = { "bot", "spider", "crawler" } },
 }
 
-local function quote(token)
-    return (gsub(token, "[%^%$%(%)%%%.%[%]%*%+%-%?%{%}|\\/]", "\\%0"))
+-- One Aho-Corasick automaton over the tokens and exclusions of both
+-- tables, each token one bit (there are fewer than 32). A state's mask
+-- holds the bits of the tokens ending there, its own and its suffixes'.
+-- Scanning a string once ORs the masks of the states it passes: the set of
+-- tokens it contains, overlapping ones included ("chrome" in "chromedg/").
+local function build_automaton(tables)
+    local bit_of, nbits = {}, 0
+    local tokens = {}
+    local function bit_for(tok)
+        if not bit_of[tok] then
+            bit_of[tok] = lshift(1, nbits)
+            nbits = nbits + 1
+            tokens[#tokens + 1] = tok
+        end
+        return bit_of[tok]
+    end
+    local ruled = {}
+    for t, rules in ipairs(tables) do
+        ruled[t] = {}
+        for i, rule in ipairs(rules) do
+            local m, x = 0, 0
+            for _, tok in ipairs(rule.tokens) do
+                m = bor(m, bit_for(tok))
+            end
+            for _, tok in ipairs(rule.exclude or EMPTY) do
+                x = bor(x, bit_for(tok))
+            end
+            ruled[t][i] = { label = rule.label, tokens = m, exclude = x }
+        end
+    end
+    assert(nbits <= 32, "ua classifier: more than 32 tokens")
+
+    -- Byte classes: one per byte some token uses; every other byte (class
+    -- 0) leads back to the root.
+    local cls, ncls = {}, 1
+    for b = 0, 255 do
+        cls[b] = 0
+    end
+    for _, tok in ipairs(tokens) do
+        for k = 1, #tok do
+            local b = byte(tok, k)
+            if cls[b] == 0 then
+                cls[b] = ncls
+                ncls = ncls + 1
+            end
+        end
+    end
+
+    local trie, mask, n = { [0] = {} }, { [0] = 0 }, 1
+    for _, tok in ipairs(tokens) do
+        local st = 0
+        for k = 1, #tok do
+            local c = cls[byte(tok, k)]
+            local nx = trie[st][c]
+            if not nx then
+                nx = n
+                n = n + 1
+                trie[nx], mask[nx] = {}, 0
+                trie[st][c] = nx
+            end
+            st = nx
+        end
+        mask[st] = bor(mask[st], bit_of[tok])
+    end
+
+    -- Breadth-first: failure links, inherited masks, and the complete
+    -- transition table, flat: delta[state * ncls + class].
+    local delta, fail = {}, { [0] = 0 }
+    local queue, head = { 0 }, 1
+    while queue[head] do
+        local st = queue[head]
+        head = head + 1
+        if st ~= 0 then
+            mask[st] = bor(mask[st], mask[fail[st]])
+        end
+        for c = 0, ncls - 1 do
+            local nx = trie[st][c]
+            if nx then
+                fail[nx] = st == 0 and 0 or delta[fail[st] * ncls + c]
+                delta[st * ncls + c] = nx
+                queue[#queue + 1] = nx
+            else
+                delta[st * ncls + c] = st == 0 and 0 or delta[fail[st] * ncls + c]
+            end
+        end
+    end
+    return { cls = cls, ncls = ncls, delta = delta, mask = mask, browsers = ruled[1], oses = ruled[2] }
 end
 
--- Builds one scanner per table: a regex whose only branch is a lookahead,
--- so it matches (empty) at every position where some token starts, and
--- the capture names the token. Scanning every such position finds every
--- token present, also overlapping ones (e.g. "chrome" in "chromedg/").
-local function table_scanner(rules)
-    local alts, rank = {}, {}
-    for i, rule in ipairs(rules) do
-        for _, tok in ipairs(rule.tokens) do
-            alts[#alts + 1] = quote(tok)
-            if rank[tok] == nil then
-                rank[tok] = i
-            end
-        end
-    end
-    -- Exclusions must be seen too, even when they are no rule's token.
-    for _, rule in ipairs(rules) do
-        for _, tok in ipairs(rule.exclude or {}) do
-            if rank[tok] == nil then
-                alts[#alts + 1] = quote(tok)
-                rank[tok] = 0
-            end
-        end
-    end
-    -- Longer tokens first, so that a token that is a prefix of another
-    -- never hides it at the same position.
-    table.sort(alts, function(a, b)
-        if #a ~= #b then
-            return #a > #b
-        end
-        return a < b
-    end)
-    return { regex = "(?=(" .. concat(alts, "|") .. "))", rank = rank, rules = rules }
-end
+local AUTOMATON = build_automaton({ BROWSERS, OSES })
 
-local BROWSER_SCAN = table_scanner(BROWSERS)
-local OS_SCAN = table_scanner(OSES)
-
-local scan_ctx = {}
-
--- Returns the label of the first rule matching s (lower-cased, non-empty).
-local function classify(scan, s)
-    local seen = {}
-    local ctx = scan_ctx
-    ctx.pos = 1
-    local n = #s
-    while ctx.pos <= n do
-        local from, to, err = re_find(s, scan.regex, "jo", ctx, 1)
-        if not from then
-            if err then
-                error("ua_check classifier: " .. tostring(err), 0)
-            end
-            break
+-- The label of the first rule with a token in seen and none of its
+-- exclusions (an excluded rule falls through to the next one).
+local function label(rules, seen)
+    for _, r in ipairs(rules) do
+        if band(seen, r.tokens) ~= 0 and band(seen, r.exclude) == 0 then
+            return r.label
         end
-        seen[sub(s, from, to)] = true
-        ctx.pos = from + 1
-    end
-    local rank = scan.rank
-    local best
-    for tok in pairs(seen) do
-        local r = rank[tok]
-        if r > 0 and (best == nil or r < best) then
-            -- An excluded rule falls through to a later one: check below.
-            local rule = scan.rules[r]
-            local excluded = false
-            for _, ex in ipairs(rule.exclude or {}) do
-                if seen[ex] then
-                    excluded = true
-                    break
-                end
-            end
-            if not excluded then
-                best = r
-            end
-        end
-    end
-    if best then
-        return scan.rules[best].label
     end
     return "Other"
 end
 
+-- The browser and OS labels of s (lower-cased, non-empty), in one pass.
+local function classify(s)
+    local a = AUTOMATON
+    local cls, ncls, delta, mask = a.cls, a.ncls, a.delta, a.mask
+    local st, seen = 0, 0
+    for i = 1, #s do
+        st = delta[st * ncls + cls[byte(s, i)]]
+        local m = mask[st]
+        if m ~= 0 then
+            seen = bor(seen, m)
+        end
+    end
+    return label(a.browsers, seen), label(a.oses, seen)
+end
+
 -- Exposed for tests: the browser and OS labels of a raw User-Agent.
 function _M.classify(ua)
-    local ual = lower(match(ua or "", "^%s*(.-)%s*$"))
+    local ual = lower(trim(ua or ""))
     if ual == "" then
         return "Unknown", "Unknown"
     end
-    return classify(BROWSER_SCAN, ual), classify(OS_SCAN, ual)
+    return classify(ual)
 end
 
 local function label_set(v)
@@ -207,9 +255,7 @@ function _M.check(config)
     if type(ua) ~= "string" then
         ua = ""
     end
-    if find(ua, "^%s") or find(ua, "%s$") then
-        ua = match(ua, "^%s*(.-)%s*$")
-    end
+    ua = trim(ua)
 
     if c.require_ua and ua == "" then
         return false
@@ -221,8 +267,7 @@ function _M.check(config)
             browser, os = "Unknown", "Unknown"
         else
             local ual = lower(ua)
-            browser = classify(BROWSER_SCAN, ual)
-            os = classify(OS_SCAN, ual)
+            browser, os = classify(ual)
         end
     end
 
