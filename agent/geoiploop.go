@@ -39,8 +39,9 @@ type geoipDBs struct {
 	// rebuild asks the loop for a snapshot build.
 	rebuild chan struct{}
 	// landedCodes: an apply built the snapshot with its codes and the
-	// previous ones (landed); settle then asks for a build of the codes
-	// that stayed.
+	// previous ones (landed), and has not finished; settle then asks for
+	// a build of the codes that stayed. Until then the loop's builds keep
+	// the previous codes too: the previous workers still serve.
 	landedCodes atomic.Bool
 	log         *slog.Logger
 }
@@ -117,10 +118,10 @@ func (g *geoipDBs) loop(ctx context.Context) {
 			wg.Wait()
 			return
 		case <-g.rebuild:
-			g.build(false)
+			g.build(g.landedCodes.Load())
 		case <-poll.C:
 			if !g.snap.Status().Codes.Empty() {
-				g.build(false)
+				g.build(g.landedCodes.Load())
 			}
 		}
 	}
@@ -139,8 +140,8 @@ func (g *geoipDBs) rebuildSoon() {
 // version matches from the first request. A failure is logged, not
 // fatal: the rule takes its false edge until the next build.
 func (g *geoipDBs) landed(context.Context) {
-	g.build(true)
 	g.landedCodes.Store(true)
+	g.build(true)
 }
 
 // settle runs after every apply: once one landed a WAF config, the

@@ -92,9 +92,9 @@ func (b *Builder) build(keep bool) (bool, error) {
 		return false, fmt.Errorf("geo snapshot: %w", err)
 	}
 	path := filepath.Join(b.Dir, Name)
-	oldLabel, oldCodes, oldErr := readFile(path)
+	old, oldErr := readFile(path)
 	if keep && oldErr == nil {
-		codes = codes.Union(oldCodes)
+		codes = codes.Union(old.codes)
 	}
 	if codes.Empty() {
 		b.status = Status{}
@@ -110,8 +110,11 @@ func (b *Builder) build(keep bool) (bool, error) {
 
 	dbs := []*database{{name: "city", path: b.CityPath}, {name: "country", path: b.CountryPath}}
 	label := labelOf(codes, dbs)
-	if oldErr == nil && oldLabel == label {
+	if oldErr == nil && old.label == label {
+		// Up to date, also in a process that just started: the status
+		// comes from the file.
 		b.status.Codes = codes
+		b.status.Databases = databases(old.flags)
 		return false, nil
 	}
 	began := time.Now()
@@ -187,11 +190,23 @@ func (o *opened) drop(name string) {
 }
 
 func (o *opened) names() []string {
-	var out []string
+	var flags uint32
 	if o.Sources.City != nil {
-		out = append(out, "city")
+		flags |= FlagCity
 	}
 	if o.Sources.Country != nil {
+		flags |= FlagCountry
+	}
+	return databases(flags)
+}
+
+// databases names the databases of a file's flags.
+func databases(flags uint32) []string {
+	var out []string
+	if flags&FlagCity != 0 {
+		out = append(out, "city")
+	}
+	if flags&FlagCountry != 0 {
 		out = append(out, "country")
 	}
 	return out
@@ -219,29 +234,36 @@ func (b *Builder) open(dbs []*database) (*opened, []string) {
 	return o, problems
 }
 
-// readFile reads the label and codes of the snapshot at path.
-func readFile(path string) (string, Codes, error) {
+// onDisk is what a snapshot file's header and records say.
+type onDisk struct {
+	label string
+	flags uint32
+	codes Codes
+}
+
+// readFile reads the header and set names of the snapshot at path.
+func readFile(path string) (onDisk, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", Codes{}, err
+		return onDisk{}, err
 	}
 	defer f.Close()
 	head := make([]byte, headerSize)
 	if _, err := io.ReadFull(f, head); err != nil {
-		return "", Codes{}, fmt.Errorf("geo snapshot %s: header: %w", path, err)
+		return onDisk{}, fmt.Errorf("geo snapshot %s: header: %w", path, err)
 	}
 	n := int(native.Uint32(head[80:]))
 	if n > MaxBytes/recordSize {
-		return "", Codes{}, fmt.Errorf("geo snapshot %s: %d records", path, n)
+		return onDisk{}, fmt.Errorf("geo snapshot %s: %d records", path, n)
 	}
 	b := make([]byte, headerSize+recordSize*n)
 	copy(b, head)
 	if _, err := io.ReadFull(f, b[headerSize:]); err != nil {
-		return "", Codes{}, fmt.Errorf("geo snapshot %s: records: %w", path, err)
+		return onDisk{}, fmt.Errorf("geo snapshot %s: records: %w", path, err)
 	}
-	label, _, names, err := header(b)
+	label, flags, names, err := header(b)
 	if err != nil {
-		return "", Codes{}, fmt.Errorf("geo snapshot %s: %w", path, err)
+		return onDisk{}, fmt.Errorf("geo snapshot %s: %w", path, err)
 	}
-	return label, codesOf(names), nil
+	return onDisk{label, flags, codesOf(names)}, nil
 }

@@ -395,6 +395,12 @@ func TestBuilder(t *testing.T) {
 	holds("US")
 	// Nothing changed: nothing compiled.
 	build(false, false)
+	// A new process (the agent restarted) finds the file up to date and
+	// knows which databases it came from.
+	b = &Builder{Dir: dir, CityPath: city, CountryPath: country}
+	if st := build(false, false); !slices.Equal(st.Databases, []string{"city", "country"}) {
+		t.Errorf("status after a restart %+v, want both databases", st)
+	}
 
 	// During an apply the old codes are kept beside the new ones; the
 	// next build without keep drops them.
