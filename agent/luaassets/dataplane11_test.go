@@ -39,6 +39,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/luaassets"
 	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/osuser"
+	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/render"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/nginxtest"
@@ -60,7 +61,7 @@ type node struct {
 
 // landRendered renders src, adapts and lands it the way the agent's apply
 // does, and starts nginx on it.
-func landRendered(t *testing.T, src controlplane.Source) *node {
+func landRendered(t *testing.T, src controlplane.Source, support ...protocol.SupportFile) *node {
 	t.Helper()
 	bin := nginxtest.Binary(t)
 	caps, err := nginx.Probe(context.Background(), bin)
@@ -70,7 +71,7 @@ func landRendered(t *testing.T, src controlplane.Source) *node {
 	if !caps.HasLua() {
 		t.Skipf("%s has no Lua module (run `make deps`)", bin)
 	}
-	out, err := render.Config(src.JSON(), nil)
+	out, err := render.Config(src.JSON(), support)
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
@@ -382,10 +383,11 @@ var (
 
 // TestRenderedReferencesExist walks a landed config with every Lua-using
 // feature the renderer has (WAF, PoW, error pages in both modes, basic
-// auth) and checks that every Lua file, shared dict and location it or its
+// auth, the service worker on an HTTPS route) and checks that every Lua file, shared dict and location it or its
 // scripts reference exists: the renderer and the scripts agree.
 func TestRenderedReferencesExist(t *testing.T) {
 	o := newOrigin(t)
+	certPEM, keyPEM := controlplane.SelfSignedCert(1, "sw.example.com")
 	for _, getOnly := range []bool{false, true} {
 		t.Run(fmt.Sprintf("get_only=%v", getOnly), func(t *testing.T) {
 			src := errorPageSource(o, closedPort(t), getOnly)
@@ -396,7 +398,10 @@ func TestRenderedReferencesExist(t *testing.T) {
 			}}}
 			src.WAF.RuleGroups = append(src.WAF.RuleGroups, pow)
 			src.WAF.Bindings = append(src.WAF.Bindings, controlplane.Binding{RouteID: 7, SiteName: "down", RuleGroupIDs: []uint64{3}})
-			n := landRendered(t, src)
+			src.Routes = append(src.Routes, controlplane.Route{ID: 10, SiteName: "sw", Domains: []string{"sw.example.com"}, OriginURL: o.URL, EnableHTTPS: true, DomainCertIDs: []uint64{1}})
+			src.OpenResty["sw_offline_enabled"] = true
+			src.OpenResty["sw_offline_domains"] = []string{"sw.example.com"}
+			n := landRendered(t, src, controlplane.CertFiles(1, certPEM, keyPEM)...)
 			text := n.main + "\n" + n.route
 
 			exists := func(what, p string) {
@@ -422,13 +427,18 @@ func TestRenderedReferencesExist(t *testing.T) {
 
 			// Every Lua source that runs: the landed files and the inline blocks.
 			sources := map[string]string{"inline blocks": text}
-			for _, f := range luaassets.Files(luaassets.Vars{}) {
-				if strings.HasSuffix(f.Path, ".lua") {
-					b, err := os.ReadFile(filepath.Join(n.paths.OpenRestyLuaDir, f.Path))
-					if err != nil {
-						t.Fatalf("landed Lua file: %v", err)
+			for dir, files := range map[string][]luaassets.File{
+				n.paths.OpenRestyLuaDir:  luaassets.Files(luaassets.Vars{}),
+				n.paths.OpenRestyCertDir: luaassets.CertDirFiles(luaassets.Vars{}),
+			} {
+				for _, f := range files {
+					if strings.HasSuffix(f.Path, ".lua") {
+						b, err := os.ReadFile(filepath.Join(dir, f.Path))
+						if err != nil {
+							t.Fatalf("landed Lua file: %v", err)
+						}
+						sources[filepath.Join(filepath.Base(dir), f.Path)] = string(b)
 					}
-					sources[f.Path] = string(b)
 				}
 			}
 			declared, dicts, execs := map[string]bool{}, 0, 0
@@ -478,11 +488,12 @@ func TestRenderedReferencesExist(t *testing.T) {
 						t.Errorf("%s: ngx.exec(%s): cannot resolve the target", name, m[1])
 						continue
 					}
-					if name == "sw/runtime.lua" || name == "sw/challenge.lua" {
-						continue // SW servers are HTTPS only: not in this config
-					}
 					execs++
-					for _, server := range serversUsing(n.route, strings.TrimSuffix(name, ".lua")) {
+					servers := []string{text}
+					if _, file, ok := strings.Cut(name, "/"); ok {
+						servers = serversUsing(n.route, strings.TrimSuffix(file, ".lua"))
+					}
+					for _, server := range servers {
 						if !strings.Contains(server, "location = "+uri+" ") {
 							t.Errorf("%s execs %s, but a server running it has no such location:\n%s", name, uri, server)
 						}
@@ -496,8 +507,9 @@ func TestRenderedReferencesExist(t *testing.T) {
 					}
 				}
 			}
-			if len(serversUsing(n.route, "pow/runtime")) == 0 || dicts == 0 || execs == 0 {
-				t.Errorf("the walk found %d PoW servers, %d dict uses, %d internal redirects", len(serversUsing(n.route, "pow/runtime")), dicts, execs)
+			if len(serversUsing(n.route, "pow/runtime")) == 0 || len(serversUsing(n.route, "sw/runtime")) == 0 || dicts == 0 || execs < 2 {
+				t.Errorf("the walk found %d PoW servers, %d SW servers, %d dict uses, %d internal redirects",
+					len(serversUsing(n.route, "pow/runtime")), len(serversUsing(n.route, "sw/runtime")), dicts, execs)
 			}
 		})
 	}
