@@ -200,8 +200,8 @@ func TestFailMatrix(t *testing.T) {
 		// In the PoW content handlers it is nginx's own 500 page.
 		nginx500 := func(got reply, what string) {
 			t.Helper()
-			if got.status != 500 || !strings.Contains(got.body, "<title>500 Internal Server Error</title>") || got.header.Get("Set-Cookie") != "" {
-				t.Errorf("%s: got %d %q (Set-Cookie %q), want nginx's 500 page", what, got.status, got.body, got.header.Get("Set-Cookie"))
+			if got.status != 500 || got.header.Get("Content-Type") != "text/html" || !strings.Contains(got.body, "<title>500 Internal Server Error</title>") || got.header.Get("Set-Cookie") != "" {
+				t.Errorf("%s: got %d %q %q (Set-Cookie %q), want nginx's 500 page", what, got.status, got.header.Get("Content-Type"), got.body, got.header.Get("Set-Cookie"))
 			}
 		}
 		nonce, hash := solve(c.Challenge.RandomData, c.Rules.Difficulty)
