@@ -20,6 +20,7 @@ import (
 	"github.com/openflare/openflare-agent/agent"
 	"github.com/openflare/openflare-agent/agent/command"
 	"github.com/openflare/openflare-agent/agent/config"
+	"github.com/openflare/openflare-agent/agent/updater"
 )
 
 // Stamped at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -45,12 +46,26 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// Resolved before anything can fail: a failing start of a freshly
+	// updated binary rolls back, and needs to know which file it is.
+	exe, exeErr := updater.Executable()
+	start := func(log *slog.Logger) *updater.Updater {
+		if exeErr != nil {
+			log.Warn("self-update unavailable", "err", exeErr)
+			return nil
+		}
+		return updater.Start(exe, version, log)
+	}
 	fs := flag.NewFlagSet("openflare-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	configPath := fs.String("config", "./agent.json", "path of agent.json")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if daemonArgs(args) {
+			// A flag the unit passes and this version rejects.
+			start(newLogger(os.Stdout)).Abort(fmt.Errorf("command line: %w", err))
+		}
 		return command.ExitUsage
 	}
 	if *showVersion {
@@ -64,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "":
-		return runAgent(*configPath, stderr)
+		return runAgent(*configPath, start)
 	case "check":
 		return command.Check(*configPath, rest, stdout, stderr)
 	case "render":
@@ -90,16 +105,38 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-func runAgent(configPath string, stderr io.Writer) int {
+// daemonArgs reports whether a command line that failed to parse was meant
+// to run the agent: an operator's mistyped status must not roll an update
+// back.
+func daemonArgs(args []string) bool {
+	for _, a := range args {
+		switch name := strings.TrimLeft(a, "-"); {
+		case a == "check" || a == "status" || a == "render":
+			return false
+		case name != a && (name == "version" || strings.HasPrefix(name, "version=")):
+			return false
+		}
+	}
+	return true
+}
+
+func runAgent(configPath string, start func(*slog.Logger) *updater.Updater) int {
 	log := newLogger(os.Stdout)
+	// Counted before agent.json is read: a release that rejects it must
+	// still roll back.
+	up := start(log)
 	cfg, warnings, err := config.Load(configPath, os.Getenv)
 	for _, w := range warnings {
 		log.Warn(w)
 	}
 	if err != nil {
 		log.Error("cannot start", "err", err)
+		up.Abort(err)
 		return 1
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	up.Configure(ctx, updater.Config{APIURL: cfg.UpdateAPIURL, Repo: cfg.UpdateRepo, PublicKey: cfg.UpdatePublicKey, ConfirmTimeout: cfg.UpdateConfirmTimeout})
 	// Small-device runtime defaults; the usual environment variables win.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
@@ -110,12 +147,13 @@ func runAgent(configPath string, stderr io.Writer) int {
 		// lower for no measurable CPU.
 		debug.SetGCPercent(50)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log.Info("openflare-agent starting", "version", version, "config", configPath, "server", cfg.ServerURL)
-	a, err := agent.New(ctx, agent.Options{Config: cfg, Version: version, Fallback: fallbackConf, Log: log})
+	a, err := agent.New(ctx, agent.Options{Config: cfg, Version: version, Fallback: fallbackConf, Log: log, Update: up})
 	if err != nil {
 		log.Error("cannot start", "err", err)
+		if ctx.Err() == nil {
+			up.Abort(err)
+		}
 		return 1
 	}
 	if err := a.Run(ctx); err != nil {

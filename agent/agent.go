@@ -27,6 +27,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/policy"
 	"github.com/openflare/openflare-agent/agent/state"
 	"github.com/openflare/openflare-agent/agent/testhook"
+	"github.com/openflare/openflare-agent/agent/updater"
 	"github.com/openflare/openflare-agent/agent/wsclient"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// Fallback is the embedded fallback.conf.
 	Fallback string
 	Log      *slog.Logger
+	// Update is the self-updater main started and configured
+	// (updater.Start); nil without one.
+	Update *updater.Updater
 }
 
 // Agent is one running agent.
@@ -76,9 +80,7 @@ type Agent struct {
 // New opens local state and probes nginx; it does not talk to the server.
 func New(ctx context.Context, o Options) (*Agent, error) {
 	cfg := o.Config
-	// Before anything else: a new binary that crashed twice on start is
-	// replaced by the previous one here.
-	update := newSelfUpdate(cfg, o.Version, o.Log)
+	update := newSelfUpdate(cfg, o.Update, o.Log)
 	store, err := state.Open(cfg.StatePath, o.Log)
 	if err != nil {
 		return nil, err

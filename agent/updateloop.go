@@ -19,47 +19,35 @@ import (
 // without blocking; the newest wins, and an update_now is never replaced
 // by an auto_update.
 type selfUpdate struct {
-	u    *updater.Updater
-	log  *slog.Logger
+	u   *updater.Updater
+	log *slog.Logger
+	// off: agent.json's update_repo "off" stops checks, but a version
+	// already swapped in is still confirmed or rolled back.
+	off  bool
 	wake chan struct{}
 
 	mu   sync.Mutex
 	next *updater.Trigger
 }
 
-// newSelfUpdate builds the updater and runs its start-up step first of
-// all, which may execute the previous binary instead (updater.Boot). It is
-// nil when agent.json turns self-update off or the binary cannot be found.
-func newSelfUpdate(cfg *config.Config, version string, log *slog.Logger) *selfUpdate {
-	if cfg.UpdateRepo == "off" {
+// newSelfUpdate wraps the updater main started (updater.Start) and
+// configured; it is nil when the binary could not be found.
+func newSelfUpdate(cfg *config.Config, u *updater.Updater, log *slog.Logger) *selfUpdate {
+	if u == nil {
+		return nil
+	}
+	// Before releases kept it beside the binary, the state was here.
+	os.Remove(filepath.Join(filepath.Dir(cfg.StatePath), "update.json"))
+	off := cfg.UpdateRepo == "off"
+	if off {
 		log.Info("self-update is off (update_repo \"off\")")
-		return nil
 	}
-	exe, err := os.Executable()
-	if err == nil {
-		exe, err = filepath.EvalSymlinks(exe)
-	}
-	if err != nil {
-		log.Warn("self-update unavailable: the agent's binary cannot be found", "err", err)
-		return nil
-	}
-	u := updater.New(updater.Options{
-		Exe:            exe,
-		StatePath:      filepath.Join(filepath.Dir(cfg.StatePath), "update.json"),
-		Version:        version,
-		APIURL:         cfg.UpdateAPIURL,
-		Repo:           cfg.UpdateRepo,
-		PublicKey:      cfg.UpdatePublicKey,
-		ConfirmTimeout: cfg.UpdateConfirmTimeout,
-		Log:            log,
-	})
-	u.Boot()
-	return &selfUpdate{u: u, log: log, wake: make(chan struct{}, 1)}
+	return &selfUpdate{u: u, log: log, off: off, wake: make(chan struct{}, 1)}
 }
 
 // offer passes a settings payload's trigger, if it has one, to the loop.
 func (s *selfUpdate) offer(set protocol.AgentSettings) {
-	if s == nil {
+	if s == nil || s.off {
 		return
 	}
 	t, ok := updater.TriggerFor(set)
@@ -84,25 +72,17 @@ func (s *selfUpdate) confirm() {
 	}
 }
 
-// loop checks for updates as triggers arrive and rolls an unconfirmed new
-// version back at its deadline, until ctx ends (started by Agent.Run).
+// loop checks for updates as triggers arrive, until ctx ends (started by
+// Agent.Run). The confirm deadline is not its business: it runs from the
+// start (updater.Configure), before the agent gets this far.
 func (s *selfUpdate) loop(ctx context.Context) {
-	if s == nil {
+	if s == nil || s.off {
 		return
-	}
-	var expire <-chan time.Time
-	if d, ok := s.u.ConfirmDeadline(); ok {
-		t := time.NewTimer(time.Until(d))
-		defer t.Stop()
-		expire = t.C
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-expire:
-			expire = nil
-			s.u.Expire()
 		case <-s.wake:
 			s.mu.Lock()
 			t := s.next

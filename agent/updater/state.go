@@ -10,7 +10,7 @@ import (
 	"github.com/openflare/openflare-agent/internal/atomicfile"
 )
 
-// fileState is update.json: what survives the exec into a new binary and
+// fileState is <exe>.update.json: what survives the exec into a new binary and
 // a crash of it.
 type fileState struct {
 	// Pending is set from just before the swap until the new version's

@@ -15,12 +15,15 @@
 // The swap keeps every instant bootable: <exe>.bak is a hard link to the
 // running binary (a copy where links are not supported), and the new file
 // is renamed over <exe>, so <exe> never goes missing, even across a power
-// cut. The process then re-executes itself. update.json records the pending
-// version; the new binary counts its boots there (Boot), and is confirmed
-// by its first successful heartbeat (Confirm), which removes the backup.
-// A new binary that crashed twice before that, or has no successful
-// heartbeat within the confirm timeout, renames the backup over <exe> and
-// executes it. A version that failed is recorded and never tried again.
+// cut. The process then re-executes itself. <exe>.update.json records the
+// pending version; the new binary counts its starts there (Start, before
+// it reads agent.json), and is confirmed by its first successful heartbeat
+// (Confirm), which removes the backup. A new binary that crashed twice
+// before that, that cannot start at all (Abort: a command line or
+// agent.json it rejects), or has no successful heartbeat within the
+// confirm timeout (armed by Configure, apart from the agent's loops)
+// renames the backup over <exe> and executes it. A version that failed is
+// recorded and never tried again.
 package updater
 
 import (
@@ -75,15 +78,34 @@ const (
 // digest or signature, a short download, a failed trial run.
 var ErrRefused = errors.New("self-update refused")
 
+var errNoPending = errors.New("no pending update")
+
 // Options configure an Updater.
 type Options struct {
 	// Exe is the running binary's path, symlinks resolved: the file that
 	// is replaced and executed.
 	Exe string
-	// StatePath is update.json.
+	// StatePath is the update state, <exe>.update.json when empty: beside
+	// the binary, so that a start counts before agent.json is read, in
+	// the one directory an update needs writable anyway.
 	StatePath string
 	// Version is the running build's version (main.version).
 	Version string
+	// Config is agent.json's part, set by Configure once it loaded.
+	Config
+	MaxSize      int64         // DefaultMaxSize when 0
+	StallTimeout time.Duration // DefaultStallTimeout when 0
+	TrialTimeout time.Duration // DefaultTrialTimeout when 0
+	Log          *slog.Logger
+	// Exec replaces the process (syscall.Exec when nil), which returns
+	// only with an error; a test's stand-in returns nil for "replaced".
+	// Args are the argv it gets (os.Args when nil).
+	Exec func(path string, argv, env []string) error
+	Args []string
+}
+
+// Config is what agent.json says about self-update.
+type Config struct {
 	// APIURL is the GitHub API base, Repo the owner/name releases come
 	// from: agent.json's, never the server's choice.
 	APIURL, Repo string
@@ -92,15 +114,6 @@ type Options struct {
 	// ConfirmTimeout is how long a new binary has for its first
 	// successful heartbeat, from each of its starts.
 	ConfirmTimeout time.Duration
-	MaxSize        int64         // DefaultMaxSize when 0
-	StallTimeout   time.Duration // DefaultStallTimeout when 0
-	TrialTimeout   time.Duration // DefaultTrialTimeout when 0
-	Log            *slog.Logger
-	// Exec replaces the process (syscall.Exec when nil), which returns
-	// only with an error; a test's stand-in returns nil for "replaced".
-	// Args are the argv it gets (os.Args when nil).
-	Exec func(path string, argv, env []string) error
-	Args []string
 }
 
 // Updater checks for, installs and confirms or rolls back updates.
@@ -112,11 +125,39 @@ type Updater struct {
 	mu     sync.Mutex
 	st     fileState
 	bootAt time.Time
+	// confirmed: a successful heartbeat proved the pending version, even
+	// when recording that failed (Confirm tries again).
+	confirmed bool
+	// expiry rolls an unconfirmed version back at its deadline.
+	expiry *time.Timer
 	// warnedRepo is the last server update_repo logged as ignored.
 	warnedRepo string
 }
 
-// New loads update.json. A broken file is logged and treated as empty: it
+// Executable is the running binary's path, symlinks resolved: the file an
+// update replaces, beside which its state lives.
+func Executable() (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return "", fmt.Errorf("find the agent's binary: %w", err)
+	}
+	return exe, nil
+}
+
+// Start is a daemon start's first step, before agent.json is read: it
+// loads the state and counts the start of a pending version (Boot), which
+// may execute the previous binary instead. Configure follows once
+// agent.json loaded, or Abort when the start fails before the agent runs.
+func Start(exe, version string, log *slog.Logger) *Updater {
+	u := New(Options{Exe: exe, Version: version, Log: log})
+	u.Boot()
+	return u
+}
+
+// New loads the state file. A broken file is logged and treated as empty: it
 // must never keep the agent from starting.
 func New(o Options) *Updater {
 	if o.MaxSize <= 0 {
@@ -133,6 +174,9 @@ func New(o Options) *Updater {
 	}
 	if o.Args == nil {
 		o.Args = os.Args
+	}
+	if o.StatePath == "" {
+		o.StatePath = o.Exe + ".update.json"
 	}
 	log := o.Log
 	if log == nil {
@@ -314,12 +358,10 @@ func (u *Updater) install(ctx context.Context, rel *release) error {
 	if err != nil {
 		return fmt.Errorf("self-update: the binary's directory must be writable: %w", err)
 	}
-	swapped := false
+	// After a swap tmp is gone, and after an exec nothing returns here.
 	defer func() {
 		f.Close()
-		if !swapped {
-			os.Remove(tmp)
-		}
+		os.Remove(tmp)
 	}()
 	u.log.Info("self-update: downloading", "tag", rel.TagName, "asset", a.Name, "bytes", a.Size)
 	got, err := u.fetch(ctx, a.URL, f, u.o.MaxSize, a.Size)
@@ -343,19 +385,35 @@ func (u *Updater) install(ctx context.Context, rel *release) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("self-update: %w", err)
 	}
-	if err := u.trial(ctx, tmp, rel.TagName); err != nil {
+	if permanent, err := u.trial(ctx, tmp, rel.TagName); err != nil {
 		if ctx.Err() != nil {
 			return err
+		}
+		if !permanent {
+			return fmt.Errorf("%w: %w; not held against the release: tried again at the next check", ErrRefused, err)
 		}
 		u.recordFailure(rel.TagName, u.o.Version, err.Error())
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	if err := u.swap(tmp, rel.TagName); err != nil {
+	return u.commit(ctx, tmp, rel.TagName)
+}
+
+// commit swaps the tried binary in and executes it. A stop requested
+// meanwhile (SIGTERM) wins: before the swap nothing changes, after it the
+// new binary runs at the next start, which counts as any start of it.
+func (u *Updater) commit(ctx context.Context, tmp, tag string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("self-update to %s: stopping before the swap: %w", tag, err)
+	}
+	if err := u.swap(tmp, tag); err != nil {
 		return err
 	}
-	swapped = true
-	u.log.Info("self-update: swapped in; executing the new binary", "version", rel.TagName, "previous", u.o.Version, "backup", u.o.Exe+".bak")
-	err = u.o.Exec(u.o.Exe, u.o.Args, os.Environ())
+	if err := ctx.Err(); err != nil {
+		u.log.Info("self-update: swapped in, but the agent is stopping; the new binary runs at the next start", "version", tag)
+		return fmt.Errorf("self-update to %s: stopping before executing it: %w", tag, err)
+	}
+	u.log.Info("self-update: swapped in; executing the new binary", "version", tag, "previous", u.o.Version, "backup", u.o.Exe+".bak")
+	err := u.o.Exec(u.o.Exe, u.o.Args, os.Environ())
 	if err == nil {
 		return nil
 	}
@@ -399,23 +457,52 @@ func (u *Updater) signature(ctx context.Context, rel *release, a asset) ([]byte,
 
 // trial runs the new binary with -version and wants it to print the
 // release's version: it proves the file executes on this machine and gets
-// through its initialisation, before it can replace anything.
-func (u *Updater) trial(ctx context.Context, path, tag string) error {
-	ctx, cancel := context.WithTimeout(ctx, u.o.TrialTimeout)
+// through its initialisation, before it can replace anything. permanent
+// says the error is a verdict on the binary: it printed another version,
+// exited non-zero, died of a fault signal it raised itself, or the kernel
+// refused its format. A timeout (a loaded router), a kill from outside or
+// a failure to start it (ENOMEM; ETXTBSY from a fork elsewhere in the
+// process while .update was open for writing, Go issue 22315) says nothing
+// about the release.
+func (u *Updater) trial(ctx context.Context, path, tag string) (permanent bool, err error) {
+	tctx, cancel := context.WithTimeout(ctx, u.o.TrialTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, path, "-version")
+	cmd := exec.CommandContext(tctx, path, "-version")
 	w := &capWriter{w: &out, n: 4 << 10}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("trial run of %s -version failed: %w: %q", tag, err, truncate(out.String(), 200))
+	err = cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case tctx.Err() != nil:
+		return false, fmt.Errorf("trial run of %s -version did not finish within %v: %w", tag, u.o.TrialTimeout, tctx.Err())
+	case errors.As(err, &exit):
+		ws, ok := exit.Sys().(syscall.WaitStatus)
+		return !ok || !ws.Signaled() || faultSignal(ws.Signal()),
+			fmt.Errorf("trial run of %s -version failed: %w: %q", tag, err, truncate(out.String(), 200))
+	case errors.Is(err, syscall.ENOEXEC):
+		return true, fmt.Errorf("trial run of %s -version failed: not an executable for this machine: %w", tag, err)
+	default:
+		return false, fmt.Errorf("trial run of %s -version failed: %w", tag, err)
 	}
 	fields := strings.Fields(out.String())
 	if len(fields) < 2 || fields[0] != "openflare-agent" || !sameVersion(fields[1], tag) {
-		return fmt.Errorf("trial run of %s -version printed %q, not openflare-agent %s", tag, truncate(out.String(), 200), tag)
+		return true, fmt.Errorf("trial run of %s -version printed %q, not openflare-agent %s", tag, truncate(out.String(), 200), tag)
 	}
-	return nil
+	return false, nil
+}
+
+// faultSignal reports whether sig is one a process raises on itself by
+// executing something wrong, rather than one sent to it (SIGKILL from the
+// OOM killer, SIGTERM from a shutdown).
+func faultSignal(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS:
+		return true
+	}
+	return false
 }
 
 // swap records the pending version, keeps the running binary as
@@ -453,10 +540,10 @@ func (u *Updater) swap(tmp, tag string) error {
 	return nil
 }
 
-// Boot runs first thing at start-up. A pending version counts its starts
-// here; the third start of it (two crashes before a successful heartbeat)
-// restores and executes the previous binary, and does not return unless
-// that fails.
+// Boot runs first thing at a daemon start (Start). A pending version
+// counts its starts here; the third start of it (two crashes before a
+// successful heartbeat) restores and executes the previous binary, and
+// does not return unless that fails.
 func (u *Updater) Boot() {
 	os.Remove(u.o.Exe + ".update")
 	u.mu.Lock()
@@ -478,7 +565,7 @@ func (u *Updater) Boot() {
 			u.rollback(fmt.Sprintf("crashed on start %d times before a successful heartbeat", boots-1), false)
 			return
 		}
-		u.log.Info("self-update: new version starting; it must reach a successful heartbeat", "version", u.o.Version, "previous", p.Previous, "start", boots, "within", u.o.ConfirmTimeout)
+		u.log.Info("self-update: new version starting; it must reach a successful heartbeat", "version", u.o.Version, "previous", p.Previous, "start", boots)
 	default:
 		// The previous binary runs (the swap never finished, or the
 		// operator put it back), or a binary installed by hand: nothing
@@ -496,12 +583,53 @@ func (u *Updater) Boot() {
 	}
 }
 
+// Configure takes agent.json's settings, once it loaded, and arms the
+// confirm deadline of a pending version: from here on the rollback does
+// not depend on the agent getting as far as its loops. Once ctx ends (the
+// agent stops) the deadline no longer starts another binary. Call it once,
+// before Check.
+func (u *Updater) Configure(ctx context.Context, c Config) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.o.Config = c
+	if d, ok := u.deadlineLocked(); ok {
+		u.expiry = time.AfterFunc(time.Until(d), func() {
+			if ctx.Err() == nil {
+				u.Expire()
+			}
+		})
+		u.log.Info("self-update: the new version rolls back without a successful heartbeat", "within", c.ConfirmTimeout)
+	}
+}
+
+// Abort is a daemon start that failed before the agent ran: a command
+// line or agent.json this version rejects, or agent.New failing. A pending
+// version rolls back at once, since such a failure repeats at every start
+// and some (a usage error) are not restarted at all. It returns when
+// nothing is pending or the rollback failed.
+func (u *Updater) Abort(cause error) {
+	if u == nil {
+		return
+	}
+	if _, ok := u.ConfirmDeadline(); !ok {
+		return
+	}
+	u.rollback(fmt.Sprintf("cannot start: %v", cause), false)
+}
+
 // ConfirmDeadline is when the running version rolls back without a
 // successful heartbeat; ok is false when it is not waiting for one.
 func (u *Updater) ConfirmDeadline() (deadline time.Time, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if p := u.st.Pending; p == nil || !sameVersion(u.o.Version, p.Version) {
+	return u.deadlineLocked()
+}
+
+func (u *Updater) deadlineLocked() (time.Time, bool) {
+	if p := u.st.Pending; p == nil || u.confirmed || !sameVersion(u.o.Version, p.Version) {
 		return time.Time{}, false
 	}
 	return u.bootAt.Add(u.o.ConfirmTimeout), true
@@ -532,11 +660,24 @@ func (u *Updater) Confirm() {
 		}
 		return
 	}
+	first := !u.confirmed
+	u.confirmed = true
+	if u.expiry != nil {
+		u.expiry.Stop()
+	}
 	u.st.Pending = nil
 	err := saveState(u.o.StatePath, u.st)
+	if err != nil {
+		// The file still says pending: the backup stays for the starts
+		// it counts, and the next heartbeat records it again.
+		u.st.Pending = p
+	}
 	u.mu.Unlock()
 	if err != nil {
-		u.log.Warn("self-update: record the confirmation", "err", err)
+		if first {
+			u.log.Warn("self-update: confirmed, but recording it failed; the backup stays until it is recorded", "version", u.o.Version, "err", err)
+		}
+		return
 	}
 	os.Remove(u.o.Exe + ".bak")
 	u.log.Info("self-update confirmed by a successful heartbeat", "version", u.o.Version, "previous", p.Previous)
@@ -545,16 +686,24 @@ func (u *Updater) Confirm() {
 // Expire rolls back when the confirm deadline passed without a successful
 // heartbeat. It does not return unless the rollback failed.
 func (u *Updater) Expire() {
-	if _, ok := u.ConfirmDeadline(); !ok {
-		return
+	u.mu.Lock()
+	_, ok := u.deadlineLocked()
+	timeout := u.o.ConfirmTimeout
+	u.mu.Unlock()
+	if ok {
+		u.rollback(fmt.Sprintf("no successful heartbeat within %v of its start", timeout), true)
 	}
-	u.rollback(fmt.Sprintf("no successful heartbeat within %v of its start", u.o.ConfirmTimeout), true)
 }
 
 // rollback puts the previous binary back and executes it; unconfirmed
 // says the version only failed to reach the server in time.
 func (u *Updater) rollback(reason string, unconfirmed bool) {
-	if err := u.restore(reason, unconfirmed); err != nil {
+	err := u.restore(reason, unconfirmed)
+	if errors.Is(err, errNoPending) {
+		// Confirmed or rolled back meanwhile (the deadline and Abort race).
+		return
+	}
+	if err != nil {
 		u.log.Error("self-update: cannot roll back; this version keeps running", "version", u.o.Version, "reason", reason, "err", err)
 		return
 	}
@@ -569,8 +718,8 @@ func (u *Updater) restore(reason string, unconfirmed bool) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	p := u.st.Pending
-	if p == nil {
-		return errors.New("no pending update")
+	if p == nil || u.confirmed {
+		return errNoPending
 	}
 	exe := u.o.Exe
 	if err := os.Rename(exe+".bak", exe); err != nil {

@@ -49,8 +49,8 @@ func newRig(t *testing.T) *rig {
 // updater is the updater of the binary running version.
 func (r *rig) updater(version string, signed bool) *Updater {
 	o := Options{
-		Exe: r.exe, StatePath: filepath.Join(r.dir, "update.json"), Version: version,
-		APIURL: r.rs.URL(), Repo: repo, ConfirmTimeout: time.Minute,
+		Exe: r.exe, Version: version,
+		Config:       Config{APIURL: r.rs.URL(), Repo: repo, ConfirmTimeout: time.Minute},
 		StallTimeout: 5 * time.Second, Args: []string{r.exe, "-config", "agent.json"},
 		Exec: func(path string, argv, env []string) error {
 			r.execs = append(r.execs, path+" "+strings.Join(argv[1:], " "))
@@ -103,7 +103,7 @@ func TestUpdateSwapsExecutesAndConfirms(t *testing.T) {
 			return nil
 		}
 		// The failed exec marked 1.1.0 failed; a fresh state forgets that.
-		os.Remove(filepath.Join(r.dir, "update.json"))
+		os.Remove(r.exe + ".update.json")
 		u.st = fileState{}
 		if err := u.Check(context.Background(), updateNow); err != nil {
 			t.Fatalf("check: %v", err)
@@ -414,5 +414,248 @@ func TestUnconfirmedRollbackRetriedOnce(t *testing.T) {
 	old.Confirm()
 	if err := old.Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a crashed version was tried again: %v", err)
+	}
+}
+
+// execCh is an Exec stand-in safe from other goroutines (the confirm
+// deadline's timer): each executed path arrives on the channel.
+func execCh() (func(string, []string, []string) error, chan string) {
+	c := make(chan string, 4)
+	return func(path string, _, _ []string) error {
+		c <- path
+		return nil
+	}, c
+}
+
+// Start keeps its state beside the binary and counts a pending version's
+// start there, before anything else is read.
+func TestStartCountsBesideTheBinary(t *testing.T) {
+	r := newRig(t)
+	newBin := r.installed()
+	if r.exists(filepath.Join(r.dir, "update.json")) || !r.exists(r.exe+".update.json") {
+		t.Fatal("the state is not <exe>.update.json")
+	}
+	Start(r.exe, "1.1.0", nil)
+	st, err := loadState(r.exe + ".update.json")
+	if err != nil || st.Pending == nil || st.Pending.Boots != 1 {
+		t.Fatalf("state %+v, %v: want one counted start", st.Pending, err)
+	}
+	if !bytes.Equal(r.binary(), newBin) {
+		t.Fatal("the first start rolled back")
+	}
+}
+
+// A pending version that cannot start (a flag or an agent.json it
+// rejects, a failing agent.New) rolls back at its first start, for good;
+// nothing else is rolled back by a failed start.
+func TestAbortRollsBackAtOnce(t *testing.T) {
+	r := newRig(t)
+	r.installed()
+	u := r.updater("1.1.0", false)
+	u.Boot()
+	u.Abort(errors.New("agent.json: unknown field"))
+	if !bytes.Equal(r.binary(), r.old) || r.exists(r.exe+".bak") {
+		t.Fatal("the previous binary is not back")
+	}
+	if len(r.execs) != 1 || r.execs[0] != r.exe+" -config agent.json" {
+		t.Fatalf("execs %v, want the previous binary with the same arguments", r.execs)
+	}
+	old := r.updater("1.0.0", false)
+	old.Boot()
+	f, ok := old.LastFailure(time.Now())
+	if !ok || f.Unconfirmed || !strings.Contains(f.Reason, "cannot start: agent.json: unknown field") {
+		t.Fatalf("failure %+v %v", f, ok)
+	}
+	old.Confirm()
+	if err := old.Check(context.Background(), updateNow); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not tried again") {
+		t.Fatalf("a version that could not start was tried again: %v", err)
+	}
+
+	// Nothing pending, a confirmed version, or no updater at all: the
+	// failed start just fails.
+	r2 := newRig(t)
+	r2.updater("1.0.0", false).Abort(errors.New("x"))
+	newBin := r2.installed()
+	u = r2.updater("1.1.0", false)
+	u.Boot()
+	u.Confirm()
+	u.Abort(errors.New("x"))
+	var none *Updater
+	none.Abort(errors.New("x"))
+	none.Configure(context.Background(), Config{})
+	if !bytes.Equal(r2.binary(), newBin) || len(r2.execs) != 0 {
+		t.Fatalf("rolled back: execs %v", r2.execs)
+	}
+}
+
+// Configure arms the confirm deadline by itself: a new binary that hangs
+// before the agent's loops run is rolled back all the same.
+func TestConfigureArmsTheDeadline(t *testing.T) {
+	r := newRig(t)
+	r.installed()
+	u := r.updater("1.1.0", false)
+	exec, execs := execCh()
+	u.o.Exec = exec
+	u.Boot()
+	u.Configure(context.Background(), Config{APIURL: r.rs.URL(), Repo: repo, ConfirmTimeout: 50 * time.Millisecond})
+	select {
+	case path := <-execs:
+		if path != r.exe {
+			t.Fatalf("executed %s", path)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline did not roll back")
+	}
+	if !bytes.Equal(r.binary(), r.old) {
+		t.Fatal("the previous binary is not back")
+	}
+	if f, ok := r.updater("1.0.0", false).LastFailure(time.Now()); !ok || !f.Unconfirmed {
+		t.Fatalf("failure %+v %v, want an unconfirmed rollback", f, ok)
+	}
+
+	// Confirmed before agent.json loaded, or not pending: nothing armed.
+	r2 := newRig(t)
+	r2.installed()
+	u = r2.updater("1.1.0", false)
+	u.Boot()
+	u.Confirm()
+	u.Configure(context.Background(), Config{ConfirmTimeout: time.Nanosecond})
+	if u.expiry != nil {
+		t.Error("a deadline armed for a confirmed version")
+	}
+}
+
+// Only a verdict on the binary is held against a release: a timeout, a
+// kill from outside or a failure to start it is not.
+func TestTrialVerdicts(t *testing.T) {
+	cases := []struct {
+		name      string
+		body      []byte
+		busy      bool // held open for writing: ETXTBSY
+		permanent bool
+		want      string
+	}{
+		{"exits non-zero", script("1.1.0", 3), false, true, "exit status 3"},
+		{"another version", script("1.0.9", 0), false, true, "not openflare-agent v1.1.0"},
+		{"faults", []byte("#!/bin/sh\nulimit -c 0\nkill -SEGV $$\n"), false, true, "segmentation fault"},
+		{"not for this machine", []byte("\x7fELF garbage"), false, true, "not an executable for this machine"},
+		{"killed from outside", []byte("#!/bin/sh\nkill -KILL $$\n"), false, false, "killed"},
+		{"times out", []byte("#!/bin/sh\nexec sleep 30\n"), false, false, "did not finish within"},
+		{"text file busy", script("1.1.0", 0), true, false, "text file busy"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			u := r.updater("1.0.0", false)
+			u.o.TrialTimeout = 200 * time.Millisecond
+			path := r.exe + ".update"
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o755)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(c.body)
+			if !c.busy {
+				f.Close()
+			} else {
+				defer f.Close()
+			}
+			permanent, err := u.trial(context.Background(), path, "v1.1.0")
+			if err == nil || permanent != c.permanent || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("permanent %v, error %v; want %v and %q", permanent, err, c.permanent, c.want)
+			}
+		})
+	}
+}
+
+// A trial that timed out is refused without being recorded: the next
+// check downloads the release again and installs it.
+func TestTrialTimeoutRetried(t *testing.T) {
+	r := newRig(t)
+	r.rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: []byte("#!/bin/sh\n# v1.1.0 slow\nexec sleep 30\n")})
+	u := r.updater("1.0.0", false)
+	u.o.TrialTimeout = 200 * time.Millisecond
+	err := u.Check(context.Background(), updateNow)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "tried again at the next check") {
+		t.Fatalf("error %v", err)
+	}
+	if _, ok := u.LastFailure(time.Now()); ok || !bytes.Equal(r.binary(), r.old) || r.exists(r.exe+".update") {
+		t.Fatal("recorded as failed, or the binary changed, or .update left")
+	}
+	newBin := r.installed()
+	if !bytes.Equal(r.binary(), newBin) {
+		t.Fatal("the retry did not install the release")
+	}
+}
+
+// cancelAfter is a context whose Err reports cancellation from its n-th
+// call on: commit asks before the swap and again before the exec.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n--; c.n <= 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A stop requested after the trial wins: before the swap nothing changes;
+// after it the new binary is not executed, and counts as pending at the
+// next start.
+func TestCommitStopsWhenCancelled(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		r := newRig(t)
+		newBin := script("1.1.0", 0)
+		tmp := r.exe + ".update"
+		if err := os.WriteFile(tmp, newBin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		u := r.updater("1.0.0", false)
+		err := u.commit(&cancelAfter{Context: context.Background(), n: n}, tmp, "v1.1.0")
+		if !errors.Is(err, context.Canceled) || len(r.execs) != 0 {
+			t.Fatalf("cancelled at check %d: error %v, execs %v", n, err, r.execs)
+		}
+		next := r.updater("1.1.0", false)
+		next.Boot()
+		_, pending := next.ConfirmDeadline()
+		if n == 1 && (!bytes.Equal(r.binary(), r.old) || pending || r.exists(r.exe+".bak")) {
+			t.Fatal("swapped although cancelled before the swap")
+		}
+		if n == 2 && (!bytes.Equal(r.binary(), newBin) || !pending || !r.exists(r.exe+".bak")) {
+			t.Fatal("after the swap: want the new binary pending with its backup")
+		}
+	}
+}
+
+// A confirmation that cannot be recorded keeps the backup (the file still
+// says pending and counts starts) but stops the deadline; the next
+// heartbeat records it and drops the backup.
+func TestConfirmKeepsBackupUntilRecorded(t *testing.T) {
+	r := newRig(t)
+	newBin := r.installed()
+	u := r.updater("1.1.0", false)
+	u.Boot()
+	statePath := u.o.StatePath
+	u.o.StatePath = filepath.Join(r.exe, "not-a-dir.json")
+	u.Confirm()
+	if !r.exists(r.exe + ".bak") {
+		t.Fatal("the backup was removed although the confirmation was not recorded")
+	}
+	if _, ok := u.ConfirmDeadline(); ok {
+		t.Fatal("still waiting for a confirmation")
+	}
+	u.Expire()
+	if !bytes.Equal(r.binary(), newBin) || len(r.execs) != 0 {
+		t.Fatal("a confirmed version was rolled back")
+	}
+	u.o.StatePath = statePath
+	u.Confirm()
+	if r.exists(r.exe + ".bak") {
+		t.Fatal("the backup outlived the recorded confirmation")
+	}
+	if st, _ := loadState(statePath); st.Pending != nil {
+		t.Fatalf("still pending on file: %+v", st.Pending)
 	}
 }

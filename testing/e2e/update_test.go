@@ -166,6 +166,10 @@ func TestUpdateEndToEnd(t *testing.T) {
 		if b, _ := os.ReadFile(exe); !bytes.Equal(b, bins["1.1.0"]) {
 			t.Fatal("the new binary is not in place")
 		}
+		// The state that counted the new binary's starts lives beside it.
+		if _, err := os.Stat(exe + ".update.json"); err != nil {
+			t.Errorf("no update state beside the binary: %v", err)
+		}
 		if n.cmd.Process.Pid != pid || isClosed(n.exited) {
 			t.Fatal("the agent process did not re-execute in place")
 		}
