@@ -56,11 +56,14 @@ bench: deps build cross
 	go run ./testing/bench
 	go run ./testing/applybench
 	# Per-request cost of the WAF through nginx: off, empty, a 100 000-entry
-	# IP group, all nine security_check flags on a 4 KiB query.
+	# IP group, geo_match over full-size databases, all nine security_check
+	# flags on a 4 KiB query.
 	go run ./testing/wafbench
-	# Pages extraction under the agent's own runtime settings (GOGC 50, a
-	# 32 MiB memory limit), so its peak RSS is the agent's.
+	# Pages extraction and the geo snapshot's compile under the agent's own
+	# runtime settings (GOGC 50, a 32 MiB memory limit), so their peak RSS
+	# is the agent's.
 	GOGC=50 GOMEMLIMIT=32MiB go test -run=NONE -bench=Extract100MiB -benchtime=2x ./agent/pages
+	GOGC=50 GOMEMLIMIT=32MiB go test -run=NONE -bench=CompileFullSize -benchtime=3x ./agent/geosnap
 
 clean:
 	rm -rf bin dist .demo
