@@ -7,10 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/internal/stall"
 )
 
 // PagesMeta is E7: the active deployment of a Pages project.
@@ -35,8 +35,10 @@ var ErrPackageSize = errors.New("package length differs from the announced size"
 // progress for packageStall, besides ctx.
 func (c *Client) PagesPackage(ctx context.Context, project uint64, size int64, w io.Writer) (int64, error) {
 	const name = "pages package"
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// A watchdog instead of a deadline, from the request on (an error
+	// body that stalls must not hold the Pages loop either).
+	ctx, watch := stall.Watch(ctx, packageStall)
+	defer watch.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+protocol.PathPagesPrefix+strconv.FormatUint(project, 10)+"/latest/package", nil)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
@@ -45,44 +47,23 @@ func (c *Client) PagesPackage(ctx context.Context, project uint64, size int64, w
 	req.Header.Set(protocol.TokenHeader, c.Token())
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
+		return 0, fmt.Errorf("%s: %w", name, stall.Cause(ctx, err))
 	}
 	defer resp.Body.Close()
-	// A watchdog instead of a deadline, from the headers on (an error
-	// body that stalls must not hold the Pages loop either): each read
-	// that brings bytes pushes it back.
-	var stalled atomic.Bool
-	stall := time.AfterFunc(packageStall, func() { stalled.Store(true); cancel() })
-	defer stall.Stop()
 	if resp.StatusCode != http.StatusOK {
 		return 0, &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	}
 	if resp.ContentLength > size {
 		return 0, fmt.Errorf("%s: Content-Length %d, over the announced %d bytes: %w", name, resp.ContentLength, size, ErrPackageSize)
 	}
-	body := &progressReader{r: io.LimitReader(resp.Body, size+1), onRead: func() { stall.Reset(packageStall) }}
-	n, err := io.Copy(w, body)
+	n, err := io.Copy(w, watch.Reader(io.LimitReader(resp.Body, size+1)))
 	switch {
-	case err != nil && stalled.Load():
-		return n, fmt.Errorf("%s: no progress for %s after %d bytes: %w", name, packageStall, n, err)
+	case err != nil && ctx.Err() != nil:
+		return n, fmt.Errorf("%s: after %d bytes: %w", name, n, stall.Cause(ctx, err))
 	case err != nil:
 		return n, fmt.Errorf("%s: after %d of %d bytes: %w", name, n, size, err)
 	case n != size:
 		return n, fmt.Errorf("%s: %d bytes, announced %d: %w", name, min(n, size+1), size, ErrPackageSize)
 	}
 	return n, nil
-}
-
-// progressReader calls onRead after every read that returned bytes.
-type progressReader struct {
-	r      io.Reader
-	onRead func()
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.onRead()
-	}
-	return n, err
 }

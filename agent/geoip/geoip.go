@@ -48,6 +48,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/backoff"
 	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"github.com/openflare/openflare-agent/internal/mmdb"
+	"github.com/openflare/openflare-agent/internal/stall"
 )
 
 // Defaults of the Updater's limits.
@@ -251,8 +252,10 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	maxDur := orDefault(u.MaxDuration, DefaultMaxDuration)
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, maxDur, fmt.Errorf("download took longer than %v", maxDur))
 	defer cancelTimeout()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// The watchdog covers the wait for the headers too; each byte that
+	// arrives puts it back.
+	ctx, watch := stall.Watch(ctx, orDefault(u.StallTimeout, DefaultStallTimeout))
+	defer watch.Stop()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
 	if err != nil {
@@ -272,7 +275,7 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 		if errors.As(err, &ue) {
 			ue.URL = redact(ue.URL)
 		}
-		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, causeOf(ctx, err))
+		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, stall.Cause(ctx, err))
 	}
 	defer resp.Body.Close()
 	now := time.Now()
@@ -313,16 +316,11 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 		return Unchanged, err
 	}
 
-	stall := orDefault(u.StallTimeout, DefaultStallTimeout)
-	errStalled := fmt.Errorf("download stalled: nothing received for %v", stall)
-	watchdog := time.AfterFunc(stall, func() { cancel(errStalled) })
-	defer watchdog.Stop()
 	h := sha256.New()
-	body := &progressReader{r: resp.Body, onData: func() { watchdog.Reset(stall) }}
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, maxSize+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(watch.Reader(resp.Body), maxSize+1))
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, causeOf(ctx, err))
+		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, stall.Cause(ctx, err))
 	case err != nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
 		return Unchanged, fmt.Errorf("%w: %s: truncated download after %d bytes: %v", ErrRejected, u.Name, n, err)
 	case err != nil:
@@ -332,7 +330,7 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	case resp.ContentLength >= 0 && n != resp.ContentLength:
 		return Unchanged, fmt.Errorf("%w: %s: truncated download: %d of %d bytes", ErrRejected, u.Name, n, resp.ContentLength)
 	}
-	watchdog.Stop()
+	watch.Stop()
 	if err := f.Sync(); err != nil {
 		return Unchanged, err
 	}
@@ -472,29 +470,6 @@ func epochTime(e uint64) string {
 		return "?"
 	}
 	return time.Unix(int64(e), 0).UTC().Format(time.RFC3339)
-}
-
-// progressReader calls onData whenever bytes arrive (the stall watchdog).
-type progressReader struct {
-	r      io.Reader
-	onData func()
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.onData()
-	}
-	return n, err
-}
-
-// causeOf prefers the watchdog's or the deadline's reason to the
-// transport's "context canceled".
-func causeOf(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
-		return c
-	}
-	return err
 }
 
 // redact drops a URL's query and user info from messages (a signed URL's

@@ -10,9 +10,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/openflare/openflare-agent/internal/stall"
 )
 
 // fetch streams rawURL into w, at most limit bytes, and returns its
@@ -21,24 +22,20 @@ import (
 // either or the limit, is an error: a truncated binary must never be
 // mistaken for a complete one, even before its digest is checked.
 func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, want int64) ([]byte, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// The watchdog covers the wait for headers too; each byte that arrives
+	// puts it back, so a slow but moving download on a router's uplink is
+	// not cut off, and a stalled one does not hold the loop forever.
+	ctx, watch := stall.Watch(ctx, u.o.StallTimeout)
+	defer watch.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("download %s: %w", rawURL, err)
 	}
 	req.Header.Set("User-Agent", "openflare-agent/"+u.o.Version)
 	req.Header.Set("Accept", "application/octet-stream")
-	// The watchdog covers the wait for headers too; each byte that arrives
-	// resets it, so a slow but moving download on a router's uplink is not
-	// cut off, and a stalled one does not hold the loop forever.
-	stall := u.o.StallTimeout
-	errStalled := fmt.Errorf("download stalled: nothing received for %v", stall)
-	watchdog := time.AfterFunc(stall, func() { cancel(errStalled) })
-	defer watchdog.Stop()
 	resp, err := u.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
+		return nil, fmt.Errorf("download %s: %w", rawURL, stall.Cause(ctx, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -51,11 +48,10 @@ func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, 
 		return nil, fmt.Errorf("download %s: Content-Length %d, the release says %d bytes", rawURL, resp.ContentLength, want)
 	}
 	h := sha256.New()
-	body := &progressReader{r: resp.Body, onData: func() { watchdog.Reset(stall) }}
-	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(body, limit+1))
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(watch.Reader(resp.Body), limit+1))
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("download %s: %w", rawURL, causeOf(ctx, err))
+		return nil, fmt.Errorf("download %s: %w", rawURL, stall.Cause(ctx, err))
 	case err != nil:
 		return nil, fmt.Errorf("download %s: truncated after %d bytes: %w", rawURL, n, err)
 	case n > limit:
@@ -103,27 +99,4 @@ func verifySignature(path string, pub ed25519.PublicKey, sig []byte) error {
 		return errors.New("Ed25519 signature does not match update_public_key")
 	}
 	return nil
-}
-
-// progressReader calls onData whenever bytes arrive (the stall watchdog).
-type progressReader struct {
-	r      io.Reader
-	onData func()
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.onData()
-	}
-	return n, err
-}
-
-// causeOf prefers the watchdog's reason to the transport's "context
-// canceled".
-func causeOf(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
-		return c
-	}
-	return err
 }

@@ -161,7 +161,7 @@ func TestUpdateRefusals(t *testing.T) {
 		{"unparsable tag", releaseserver.Release{Tag: "nightly"}, false, "release tag"},
 		{"no asset", releaseserver.Release{Tag: "v1.1.0", AssetName: "openflare-agent-plan9-386"}, false, "has no asset"},
 		{"wrong version inside", releaseserver.Release{Tag: "v1.2.0"}, false, "not openflare-agent v1.2.0"},
-		{"stalled", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.Stalled}, false, "download stalled"},
+		{"stalled", releaseserver.Release{Tag: "v1.1.0", Fault: releaseserver.Stalled}, false, "stalled: nothing received"},
 		{"over the size cap", releaseserver.Release{Tag: "v1.1.0", Binary: bytes.Repeat([]byte("x"), 4097)}, false, "the cap is 4096"},
 	}
 	for _, c := range cases {
