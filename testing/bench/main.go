@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/openflare/openflare-agent/testing/benchkit"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -27,7 +26,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/nginx"
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/testing/benchkit"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/nstest"
 )
@@ -378,24 +379,7 @@ func readFile(p string) string {
 // is in pidFile (not its cache manager or loader).
 func nginxWorkers(pidFile string) []int {
 	master, _ := strconv.Atoi(strings.TrimSpace(readFile(pidFile)))
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat := readFile(filepath.Join("/proc", e.Name(), "stat"))
-		i := strings.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		// Fields after the command: state, ppid.
-		f := strings.Fields(stat[i+1:])
-		if len(f) >= 2 && f[1] == strconv.Itoa(master) && strings.Contains(readFile(filepath.Join("/proc", e.Name(), "cmdline")), "worker process") {
-			pids = append(pids, pid)
-		}
-	}
+	pids := nginx.WorkerPIDs(master)
 	slices.Sort(pids)
 	return pids
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openflare/openflare-agent/internal/linux"
 	"github.com/openflare/openflare-agent/testing/nstest"
 )
 
@@ -178,28 +179,14 @@ func (s *Server) WorkerPIDs() []int {
 	return WorkerPIDs(master)
 }
 
-// WorkerPIDs lists the children of master that are nginx worker processes.
+// WorkerPIDs lists the children of master that are nginx worker
+// processes, read as agent/nginx reads them (which its own tests cannot
+// import from here).
 func WorkerPIDs(master int) []int {
-	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// Fields after the parenthesised command: state ppid ...
-		i := strings.LastIndexByte(string(stat), ')')
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[1] != strconv.Itoa(master) {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.Contains(string(cmd), "worker process") {
-			pids = append(pids, pid)
+	for _, c := range linux.Default().Children(master) {
+		if strings.Contains(c.Cmdline, "worker process") {
+			pids = append(pids, c.PID)
 		}
 	}
 	return pids
