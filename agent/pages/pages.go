@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openflare/openflare-agent/agent/backoff"
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/internal/atomicfile"
@@ -48,16 +49,12 @@ type Syncer struct {
 }
 
 type failure struct {
-	meta  protocol.PagesMeta
-	n     int
+	meta protocol.PagesMeta
+	// wait spaces the retries of one deployment: one minute, doubling,
+	// at most an hour, jittered so that a fleet does not retry in step.
+	wait  backoff.Backoff
 	until time.Time
 	err   error
-}
-
-// retryAfter is how long the n-th failure of one deployment waits: one
-// minute, doubling, at most an hour.
-func retryAfter(n int) time.Duration {
-	return min(time.Minute<<min(n-1, 6), time.Hour)
 }
 
 // markerName is the file a complete release carries (PROTOCOL 9.2 step 6).
@@ -100,7 +97,7 @@ func (s *Syncer) project(ctx context.Context, id uint64) error {
 		return err
 	}
 	if f, ok := s.failed[id]; ok && f.meta == meta && time.Now().Before(f.until) {
-		return fmt.Errorf("%w (failed %d times; next try after %s)", f.err, f.n, f.until.Format(time.RFC3339))
+		return fmt.Errorf("%w (failed %d times; next try after %s)", f.err, f.wait.Attempts(), f.until.Format(time.RFC3339))
 	}
 	final, err := s.deploy(ctx, meta, releases)
 	if err != nil {
@@ -109,10 +106,9 @@ func (s *Syncer) project(ctx context.Context, id uint64) error {
 		}
 		f := s.failed[id]
 		if f.meta != meta {
-			f = failure{meta: meta}
+			f = failure{meta: meta, wait: backoff.Backoff{Min: time.Minute, Max: time.Hour}}
 		}
-		f.n++
-		f.until, f.err = time.Now().Add(retryAfter(f.n)), err
+		f.until, f.err = time.Now().Add(f.wait.Next()), err
 		s.failed[id] = f
 		return err
 	}
