@@ -13,7 +13,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/openflare/openflare-agent/agent/apply"
 	"github.com/openflare/openflare-agent/agent/config"
@@ -209,16 +208,4 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.obs.Close()
 	a.log.Info("agent stopped; nginx left running")
 	return nil
-}
-
-// sleep waits d or until ctx ends; it reports whether to go on.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

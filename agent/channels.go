@@ -47,7 +47,7 @@ func (a *Agent) channels(ctx context.Context) {
 			httpRetry.Min, httpRetry.Max = iv, max(maxRetry, iv)
 			wait := httpRetry.Next()
 			a.log.Warn("heartbeat failed", "err", err, "attempt", httpRetry.Attempts(), "retry_in", wait.Round(time.Millisecond))
-			if !sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, wait) {
 				return
 			}
 			continue

@@ -58,7 +58,7 @@ func (a *Agent) register(ctx context.Context) error {
 		default:
 			a.log.Warn("registration failed", "err", err, "retry_in", wait)
 		}
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
 	}
@@ -75,7 +75,7 @@ func (a *Agent) persistToken(ctx context.Context, token string) {
 		}
 		wait := bo.Next()
 		a.log.Error("cannot save the node token to agent.json; retrying before anything else", "err", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}

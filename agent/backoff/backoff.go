@@ -4,6 +4,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -37,3 +38,15 @@ func (b *Backoff) Attempts() int { return b.attempt }
 
 // Reset starts over from Min, after a success.
 func (b *Backoff) Reset() { b.attempt = 0 }
+
+// Sleep waits d or until ctx ends, and reports whether to go on.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

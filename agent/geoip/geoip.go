@@ -526,7 +526,7 @@ func (u *Updater) Run(ctx context.Context) {
 		}
 	}
 	for {
-		if wait > 0 && !sleep(ctx, wait) {
+		if wait > 0 && !backoff.Sleep(ctx, wait) {
 			return
 		}
 		if ctx.Err() != nil {
@@ -563,16 +563,5 @@ func (u *Updater) Run(ctx context.Context) {
 			st.Err = fmt.Errorf("%w: %w", ErrMissing, st.Err)
 		}
 		u.setStatus(st)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
