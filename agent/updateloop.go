@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,8 +34,6 @@ func newSelfUpdate(cfg *config.Config, u *updater.Updater, log *slog.Logger) *se
 	if u == nil {
 		return nil
 	}
-	// Before releases kept it beside the binary, the state was here.
-	os.Remove(filepath.Join(filepath.Dir(cfg.StatePath), "update.json"))
 	off := cfg.UpdateRepo == "off"
 	if off {
 		log.Info("self-update is off (update_repo \"off\")")

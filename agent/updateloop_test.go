@@ -38,17 +38,14 @@ func TestSelfUpdateOfferKeepsUpdateNow(t *testing.T) {
 }
 
 // update_repo "off" stops checks, not the confirmation of a version
-// already swapped in; the state kept beside agent-state.json before it
-// moved beside the binary is removed.
+// already swapped in.
 func TestSelfUpdateOffStillConfirms(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "bin", "openflare-agent")
-	stale := filepath.Join(dir, "update.json")
 	for path, body := range map[string]string{
 		exe:                  "new",
 		exe + ".bak":         "old",
 		exe + ".update.json": `{"pending":{"version":"1.1.0","previous":"1.0.0","boots":1}}`,
-		stale:                "{}",
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -60,9 +57,6 @@ func TestSelfUpdateOffStillConfirms(t *testing.T) {
 	u := updater.New(updater.Options{Exe: exe, Version: "1.1.0"})
 	cfg := &config.Config{StatePath: filepath.Join(dir, "agent-state.json"), UpdateRepo: "off"}
 	s := newSelfUpdate(cfg, u, slog.New(slog.DiscardHandler))
-	if _, err := os.Stat(stale); err == nil {
-		t.Error("the old update.json was left")
-	}
 	s.offer(protocol.AgentSettings{UpdateRepo: "o/r", UpdateNow: true})
 	if s.next != nil || len(s.wake) != 0 {
 		t.Fatalf("self-update off took a trigger: %+v", s.next)
