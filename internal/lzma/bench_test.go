@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"io"
 	"testing"
+
+	"github.com/openflare/openflare-agent/testing/xztest"
 )
 
 func BenchmarkLZMA2Decode(b *testing.B) {
-	data := sample(16<<20, 31)
+	data := xztest.Sample(16<<20, 31)
 	raw := runXZ(b, data, "--format=raw", "--lzma2=preset=6", "-c", "-T1")
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()

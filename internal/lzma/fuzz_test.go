@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"os/exec"
 	"testing"
+
+	"github.com/openflare/openflare-agent/testing/xztest"
 )
 
 // fuzzLimit bounds the output of one fuzz input: valid streams can expand
@@ -17,7 +19,7 @@ func seeds(f *testing.F, args ...string) [][]byte {
 	if _, err := exec.LookPath("xz"); err != nil {
 		return nil
 	}
-	for _, in := range [][]byte{nil, []byte("a"), []byte("abcabcabcabcabcabc hello hello hello"), sample(5000, 1)} {
+	for _, in := range [][]byte{nil, []byte("a"), []byte("abcabcabcabcabcabc hello hello hello"), xztest.Sample(5000, 1)} {
 		out = append(out, runXZ(f, in, args...))
 	}
 	return out

@@ -121,9 +121,7 @@ func (z *reader1) Read(p []byte) (int, error) {
 	}
 	w := &z.d.win
 	for {
-		if w.flushed < w.pos {
-			n := copy(p, w.buf[w.flushed:w.pos])
-			w.flushed += n
+		if n := w.take(p); n > 0 {
 			return n, nil
 		}
 		if z.err != nil {

@@ -12,16 +12,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/testing/xztest"
 )
 
 // runXZ pipes in through the xz tool, skipping the test when it is missing.
 func runXZ(t testing.TB, in []byte, args ...string) []byte {
 	t.Helper()
-	path, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz tool not installed (apt-get install xz-utils): cannot make reference data")
-	}
-	cmd := exec.Command(path, args...)
+	cmd := exec.Command(xztest.Path(t), args...)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -29,31 +27,6 @@ func runXZ(t testing.TB, in []byte, args ...string) []byte {
 		t.Fatalf("xz %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out.Bytes()
-}
-
-// sample returns n bytes alternating between word-like text, runs, and
-// random bytes, so that literals, short and long matches all occur.
-func sample(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	words := []string{"static", "site", "openflare", "nginx", "the", "a", "<div class=\"x\">", "</div>\n", "function", "return", "0123456789", "\t", " "}
-	var b bytes.Buffer
-	for b.Len() < n {
-		switch r.IntN(10) {
-		case 0:
-			k := r.IntN(4096)
-			for i := 0; i < k; i++ {
-				b.WriteByte(byte(r.Uint32()))
-			}
-		case 1:
-			b.Write(bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(600)))
-		default:
-			for i := r.IntN(400); i > 0; i-- {
-				b.WriteString(words[r.IntN(len(words))])
-				b.WriteByte(' ')
-			}
-		}
-	}
-	return b.Bytes()[:n]
 }
 
 // alone splits a .lzma file into properties, declared size and payload.
@@ -75,8 +48,8 @@ func inputs() map[string][]byte {
 		"one":    {'x'},
 		"zeros":  make([]byte, 300000),
 		"text":   []byte(strings.Repeat("hello, static world. ", 5000)),
-		"mixed":  sample(1<<20, 1),
-		"random": sample(1, 2)[:0:0],
+		"mixed":  xztest.Sample(1<<20, 1),
+		"random": xztest.Sample(1, 2)[:0:0],
 	}
 }
 
@@ -129,7 +102,7 @@ func firstChunk(t *testing.T, raw []byte) (props byte, size int, payload []byte)
 }
 
 func TestLZMA1KnownSizeNoEndMarker(t *testing.T) {
-	data := sample(500000, 5)
+	data := xztest.Sample(500000, 5)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6,dict=1MiB", "-c")
 	pb, size, payload := firstChunk(t, raw)
 	props := []byte{pb, 0, 0, 0x10, 0}
@@ -180,7 +153,7 @@ func TestLZMA2Raw(t *testing.T) {
 // TestLZMA2StopsAtEnd checks that the reader consumes exactly the chunk
 // stream, leaving what follows for the container.
 func TestLZMA2StopsAtEnd(t *testing.T) {
-	data := sample(200000, 9)
+	data := xztest.Sample(200000, 9)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=1", "-c")
 	br := bytes.NewReader(append(append([]byte{}, raw...), "TRAILER"...))
 	r, err := NewReader2(br, 1<<20)
@@ -200,12 +173,12 @@ func TestLZMA2StopsAtEnd(t *testing.T) {
 // does not compress, interleaved with LZMA chunks.
 func TestLZMA2Uncompressed(t *testing.T) {
 	var buf bytes.Buffer
-	buf.Write(sample(100000, 11))
+	buf.Write(xztest.Sample(100000, 11))
 	r := rand.New(rand.NewPCG(7, 7))
 	for i := 0; i < 300000; i++ {
 		buf.WriteByte(byte(r.Uint32()))
 	}
-	buf.Write(sample(100000, 12))
+	buf.Write(xztest.Sample(100000, 12))
 	data := buf.Bytes()
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")
 	stored := false
@@ -239,7 +212,7 @@ func TestLZMA2Uncompressed(t *testing.T) {
 }
 
 func TestSmallReads(t *testing.T) {
-	data := sample(300000, 13)
+	data := xztest.Sample(300000, 13)
 	f := runXZ(t, data, "--format=lzma", "-6", "-c")
 	p, _, payload := alone(t, f)
 	r, err := NewReader(bytes.NewReader(payload), p, -1)
@@ -265,7 +238,7 @@ func TestSmallReads(t *testing.T) {
 
 // TestSmallDictionary makes the window wrap many times.
 func TestSmallDictionary(t *testing.T) {
-	data := sample(2<<20, 17)
+	data := xztest.Sample(2<<20, 17)
 	f := runXZ(t, data, "--format=lzma", "--lzma1=preset=6,dict=4KiB", "-c")
 	p, _, payload := alone(t, f)
 	for _, size := range []int64{-1, int64(len(data))} {
@@ -389,7 +362,7 @@ func decodeWithin(t *testing.T, name string, f func() error) error {
 }
 
 func TestTruncated(t *testing.T) {
-	data := sample(6000, 21)
+	data := xztest.Sample(6000, 21)
 	f := runXZ(t, data, "--format=lzma", "-6", "-c")
 	p, _, payload := alone(t, f)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")
@@ -424,7 +397,7 @@ func TestTruncated(t *testing.T) {
 }
 
 func TestBitFlips(t *testing.T) {
-	data := sample(50000, 23)
+	data := xztest.Sample(50000, 23)
 	f := runXZ(t, data, "--format=lzma", "-6", "-c")
 	p, _, payload := alone(t, f)
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")

@@ -27,6 +27,13 @@ func (w *window) init(max int) {
 	w.pos, w.flushed, w.full = 0, 0, false
 }
 
+// take hands decoded bytes not yet returned to the caller over to p.
+func (w *window) take(p []byte) int {
+	n := copy(p, w.buf[w.flushed:w.pos])
+	w.flushed += n
+	return n
+}
+
 // reset forgets the history; the caller has flushed everything.
 func (w *window) reset() {
 	w.pos, w.flushed, w.full = 0, 0, false

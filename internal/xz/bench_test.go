@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/openflare/openflare-agent/testing/xztest"
 )
 
 // BenchmarkXZDecode decodes a 16 MiB mixed file made with xz -6 and reports,
 // besides MB/s, the ratio of its time per op to the xz tool's own
 // decompression time of the same file (best of 3 runs of xz -d).
 func BenchmarkXZDecode(b *testing.B) {
-	data := sample(16<<20, 31)
+	data := xztest.Sample(16<<20, 31)
 	f := compress(b, data, "-6", "-T1")
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
@@ -42,7 +44,7 @@ func xzTime(b *testing.B, f []byte) time.Duration {
 	}
 	best := time.Duration(0)
 	for i := 0; i < 3; i++ {
-		cmd := exec.Command(xzPath(b), "-dc", "-T1", p)
+		cmd := exec.Command(xztest.Path(b), "-dc", "-T1", p)
 		cmd.Stdout = io.Discard
 		start := time.Now()
 		if err := cmd.Run(); err != nil {

@@ -5,12 +5,14 @@ import (
 	"io"
 	"os/exec"
 	"testing"
+
+	"github.com/openflare/openflare-agent/testing/xztest"
 )
 
 func FuzzXZ(f *testing.F) {
 	if _, err := exec.LookPath("xz"); err == nil {
 		for _, args := range [][]string{{"-0"}, {"--check=crc32", "--block-size=100"}, {"--check=sha256"}, {"--check=none", "-T2", "--block-size=300"}} {
-			for _, in := range [][]byte{nil, []byte("abc"), sample(1000, 1)} {
+			for _, in := range [][]byte{nil, []byte("abc"), xztest.Sample(1000, 1)} {
 				f.Add(compress(f, in, append(args, "--lzma2=preset=0,dict=64KiB")...))
 			}
 		}

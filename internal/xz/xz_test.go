@@ -16,21 +16,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func xzPath(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz tool not installed (apt-get install xz-utils): cannot make reference data")
-	}
-	return p
-}
+	"github.com/openflare/openflare-agent/testing/xztest"
+)
 
 // compress writes data to a temporary file and returns what xz makes of it.
 func compress(t testing.TB, data []byte, args ...string) []byte {
 	t.Helper()
-	xz := xzPath(t)
+	xz := xztest.Path(t)
 	in := filepath.Join(t.TempDir(), "in")
 	if err := os.WriteFile(in, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -42,30 +35,6 @@ func compress(t testing.TB, data []byte, args ...string) []byte {
 		t.Fatalf("xz %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out.Bytes()
-}
-
-// sample mixes word-like text, byte runs and random stretches.
-func sample(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	words := []string{"static", "site", "openflare", "nginx", "the", "a", "<div class=\"x\">", "</div>\n", "function", "return", "0123456789", "\t", " "}
-	var b bytes.Buffer
-	for b.Len() < n {
-		switch r.IntN(10) {
-		case 0:
-			k := r.IntN(4096)
-			for i := 0; i < k; i++ {
-				b.WriteByte(byte(r.Uint32()))
-			}
-		case 1:
-			b.Write(bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(600)))
-		default:
-			for i := r.IntN(400); i > 0; i-- {
-				b.WriteString(words[r.IntN(len(words))])
-				b.WriteByte(' ')
-			}
-		}
-	}
-	return b.Bytes()[:n]
 }
 
 func decode(f []byte) ([]byte, error) {
@@ -88,7 +57,7 @@ func mustDecode(t *testing.T, f, want []byte) {
 }
 
 func TestPresets(t *testing.T) {
-	data := sample(1<<20, 1)
+	data := xztest.Sample(1<<20, 1)
 	for _, p := range []string{"-0", "-1", "-2", "-3", "-4", "-5", "-6", "-7", "-8", "-9", "-0e", "-6e", "-9e"} {
 		t.Run(p, func(t *testing.T) {
 			mustDecode(t, compress(t, data, p), data)
@@ -97,7 +66,7 @@ func TestPresets(t *testing.T) {
 }
 
 func TestBlocks(t *testing.T) {
-	data := sample(600000, 2)
+	data := xztest.Sample(600000, 2)
 	for _, args := range [][]string{
 		{"-6", "-T1", "--block-size=16KiB"},
 		{"-6", "-T2", "--block-size=16KiB"}, // threaded: sizes in block headers
@@ -126,7 +95,7 @@ func countBlocks(t *testing.T, f []byte) int {
 }
 
 func TestChecks(t *testing.T) {
-	data := sample(300000, 3)
+	data := xztest.Sample(300000, 3)
 	for _, c := range []string{"none", "crc32", "crc64", "sha256"} {
 		t.Run(c, func(t *testing.T) {
 			f := compress(t, data, "--check="+c, "--block-size=100000")
@@ -166,7 +135,7 @@ func breakCheck(t *testing.T, f []byte) []byte {
 }
 
 func TestConcatenated(t *testing.T) {
-	a := sample(200000, 4)
+	a := xztest.Sample(200000, 4)
 	b := []byte(strings.Repeat("second stream ", 10000))
 	fa := compress(t, a, "-6", "--check=crc32")
 	fb := compress(t, b, "-2", "--check=sha256")
@@ -184,7 +153,7 @@ func TestConcatenated(t *testing.T) {
 	padded = append(padded, make([]byte, 4)...)
 	mustDecode(t, padded, want)
 	// The xz tool agrees with that reading.
-	cmd := exec.Command(xzPath(t), "-dc")
+	cmd := exec.Command(xztest.Path(t), "-dc")
 	cmd.Stdin = bytes.NewReader(padded)
 	if out, err := cmd.Output(); err != nil || !bytes.Equal(out, want) {
 		t.Fatalf("xz -d on the padded file: %v", err)
@@ -213,7 +182,7 @@ func TestLarge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20 MiB round trip skipped in -short mode")
 	}
-	data := sample(20<<20, 5)
+	data := xztest.Sample(20<<20, 5)
 	// A 1 MiB dictionary makes the window wrap about 20 times.
 	f := compress(t, data, "-2", "-T1")
 	r, err := NewReader(bytes.NewReader(f))
@@ -240,7 +209,7 @@ func TestLarge(t *testing.T) {
 }
 
 func TestUnsupportedFilters(t *testing.T) {
-	data := sample(50000, 6)
+	data := xztest.Sample(50000, 6)
 	for _, c := range []struct {
 		args []string
 		id   string
@@ -343,7 +312,7 @@ func within(t *testing.T, name string, f func() error) error {
 }
 
 func TestTruncated(t *testing.T) {
-	data := sample(5000, 7)
+	data := xztest.Sample(5000, 7)
 	first := compress(t, data, "--block-size=2000", "--check=crc64")
 	f := append(first, compress(t, data[:100], "--check=crc32")...)
 	for i := 0; i < len(f); i++ {
@@ -361,7 +330,7 @@ func TestTruncated(t *testing.T) {
 }
 
 func TestBitFlips(t *testing.T) {
-	data := sample(20000, 8)
+	data := xztest.Sample(20000, 8)
 	for _, check := range []string{"crc32", "crc64", "sha256"} {
 		f := compress(t, data, "--block-size=7000", "--check="+check)
 		r := rand.New(rand.NewPCG(8, 8))
@@ -385,7 +354,7 @@ func TestCRC64(t *testing.T) {
 		t.Fatalf("CRC64 of 123456789 = %#x", got)
 	}
 	tab := crc64.MakeTable(crc64.ECMA)
-	data := sample(10000, 9)
+	data := xztest.Sample(10000, 9)
 	for n := 0; n < 300; n++ {
 		if a, b := crc64Update(0, data[:n]), crc64.Checksum(data[:n], tab); a != b {
 			t.Fatalf("length %d: %#x, hash/crc64 says %#x", n, a, b)
