@@ -28,7 +28,7 @@ func TestFiles(t *testing.T) {
 		"pow/verify.lua",
 		"probe.lua", "read.lua",
 		"sw/challenge.lua", "sw/runtime.lua",
-		"waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/ranges.lua", "waf/runtime.lua",
+		"waf/aho.lua", "waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/ranges.lua", "waf/runtime.lua",
 		"waf/security.lua", "waf/ua.lua",
 	}
 	if !slices.Equal(paths, want) {

@@ -18,8 +18,8 @@ local LUA_FILES = {
     "observability/init.lua", "observability/log.lua", "observability/read.lua",
     "pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
     "sw/challenge.lua", "sw/runtime.lua",
-    "waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua", "waf/ranges.lua",
-    "waf/runtime.lua", "waf/security.lua", "waf/ua.lua",
+    "waf/aho.lua", "waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua",
+    "waf/ranges.lua", "waf/runtime.lua", "waf/security.lua", "waf/ua.lua",
 }
 
 -- Files read at request time that exist only when a feature is on: a

@@ -18,16 +18,7 @@ local function fail(reason)
     return ngx.exit(ngx.HTTP_INTERNAL_SERVER_ERROR)
 end
 
-local function arg(args, name)
-    local v = args[name]
-    if type(v) == "table" then
-        v = v[1]
-    end
-    if type(v) ~= "string" then
-        return nil
-    end
-    return v
-end
+local arg = pow.arg
 
 local HTML_ESCAPES = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
 

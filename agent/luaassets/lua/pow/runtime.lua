@@ -198,6 +198,19 @@ function _M.valid_token(v)
     return type(v) == "string" and #v == 40 and not find(v, "[^0-9a-f]")
 end
 
+-- The first value of a query argument when it is a string (a repeated
+-- argument gives a list; a bare one gives true).
+function _M.arg(args, name)
+    local v = args[name]
+    if type(v) == "table" then
+        v = v[1]
+    end
+    if type(v) ~= "string" then
+        return nil
+    end
+    return v
+end
+
 function _M.set_cookie(token, ttl)
     local cookie = _M.COOKIE .. "=" .. token .. "; Path=/; HttpOnly; SameSite=Lax; Max-Age=" .. tostring(ttl)
     if ngx.var.scheme == "https" then

@@ -22,16 +22,7 @@ local function reply(status, msg)
     return ngx.exit(ngx.HTTP_OK)
 end
 
-local function arg(args, name)
-    local v = args[name]
-    if type(v) == "table" then
-        v = v[1]
-    end
-    if type(v) ~= "string" then
-        return nil
-    end
-    return v
-end
+local arg = pow.arg
 
 local site = ngx.var.openflare_waf_site
 if not site or site == "" then

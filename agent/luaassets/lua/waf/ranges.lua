@@ -241,8 +241,9 @@ function _M.new(spec)
         return ffi_string(p + LABEL_OFFSET, LABEL_BYTES)
     end
 
-    -- The label of the file on disk, from its header alone.
-    local function file_label()
+    -- Reads the first n bytes of the file (all of it when n is nil),
+    -- refusing a file over max_bytes.
+    local function read_start(n)
         local f, err = io_open(path, "rb")
         if not f then
             return nil, err
@@ -250,11 +251,23 @@ function _M.new(spec)
         local size = f:seek("end")
         if not size or size > max_bytes then
             f:close()
-            return nil, too_large(size)
+            return nil, path .. " " .. too_large(size)
         end
         f:seek("set")
-        local head = f:read(HEADER_BYTES) or ""
+        local data, rerr = f:read(n or "*a")
         f:close()
+        if not data and not n then
+            return nil, "cannot read " .. path .. ": " .. tostring(rerr)
+        end
+        return data or ""
+    end
+
+    -- The label of the file on disk, from its header alone.
+    local function file_label()
+        local head, err = read_start(HEADER_BYTES)
+        if not head then
+            return nil, err
+        end
         return header_label(ffi_cast(U8P, head), #head)
     end
 
@@ -290,20 +303,9 @@ function _M.new(spec)
     end
 
     local function read_blob()
-        local f, err = io_open(path, "rb")
-        if not f then
-            return nil, err
-        end
-        local size = f:seek("end")
-        if not size or size > max_bytes then
-            f:close()
-            return nil, path .. " " .. too_large(size)
-        end
-        f:seek("set")
-        local data, rerr = f:read("*a")
-        f:close()
+        local data, err = read_start()
         if not data then
-            return nil, "cannot read " .. path .. ": " .. tostring(rerr)
+            return nil, err
         end
         return { ptr = ffi_cast(U8P, data), size = #data, str = data, how = "read" }
     end

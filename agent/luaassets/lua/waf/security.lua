@@ -16,6 +16,7 @@
 -- strings are (see query_hit): a clean query, the common case, then costs
 -- neither the argument table nor one scan per argument.
 
+local aho = require("waf.aho")
 local ffi = require("ffi")
 
 local ngx = ngx
@@ -156,86 +157,30 @@ for i, f in ipairs(FLAGS) do
     _M.FLAGS[i] = f.name
 end
 
--- Builds the automaton for entries { {token, check|false}... }.
+-- Builds the scanner for entries { {token, check|false}... }: the
+-- automaton of waf/aho.lua, case folded, as a dense FFI table.
 local function build_scanner(entries)
-    -- Byte classes: one per byte used by a token, 0 for every other byte.
+    local tokens = {}
+    for i, e in ipairs(entries) do
+        tokens[i] = e[1]
+    end
+    local a = aho.build(tokens, true)
+    local ncls, delta, order, nstates = a.ncls, a.delta, a.order, a.nstates
     local cls = ffi.new("uint8_t[256]")
-    local ncls = 1
-    for _, e in ipairs(entries) do
-        for k = 1, #e[1] do
-            local b = byte(e[1], k)
-            if cls[b] == 0 then
-                cls[b] = ncls
-                ncls = ncls + 1
-            end
-        end
+    for b = 0, 255 do
+        cls[b] = a.cls[b]
     end
-    -- Tokens are lower-case: an upper-case letter is its lower-case class,
-    -- which scans a string as if lower-cased, without the copy.
-    for b = 65, 90 do
-        cls[b] = cls[b + 32]
-    end
-
-    -- Trie. hit[state]: a literal token ends here (or at a suffix);
-    -- checks[state]: the checks of checked tokens ending here.
-    local trie, hit, checks = { [0] = {} }, {}, {}
-    local nstates = 1
-    for _, e in ipairs(entries) do
-        local st = 0
-        for k = 1, #e[1] do
-            local c = cls[byte(e[1], k)]
-            local nx = trie[st][c]
-            if not nx then
-                nx = nstates
-                nstates = nstates + 1
-                trie[nx] = {}
-                trie[st][c] = nx
-            end
-            st = nx
-        end
-        if e[2] then
-            checks[st] = checks[st] or {}
-            checks[st][#checks[st] + 1] = e[2]
-        else
-            hit[st] = true
-        end
-    end
-
-    -- Breadth-first: failure links, then the full transition table. A
-    -- state inherits the outputs of its failure state (a shorter suffix).
-    local delta = {}
-    local fail = { [0] = 0 }
-    local order = {}
-    local queue, head = { 0 }, 1
-    while queue[head] do
-        local st = queue[head]
-        head = head + 1
-        order[#order + 1] = st
-        if st ~= 0 then
-            local f = fail[st]
-            if hit[f] then
-                hit[st] = true
-            end
-            if checks[f] then
-                local merged = {}
-                for _, fn in ipairs(checks[st] or {}) do
-                    merged[#merged + 1] = fn
-                end
-                for _, fn in ipairs(checks[f]) do
-                    merged[#merged + 1] = fn
-                end
-                checks[st] = merged
-            end
-        end
-        local row = st * ncls
-        for c = 0, ncls - 1 do
-            local nx = trie[st][c]
-            if nx then
-                fail[nx] = st == 0 and 0 or delta[fail[st] * ncls + c]
-                delta[row + c] = nx
-                queue[#queue + 1] = nx
+    -- hit[state]: a literal token ends here (or at a suffix); checks[state]:
+    -- the checks of the checked tokens ending there.
+    local hit, checks = {}, {}
+    for st, idx in pairs(a.out) do
+        for _, i in ipairs(idx) do
+            local ck = entries[i][2]
+            if ck then
+                checks[st] = checks[st] or {}
+                checks[st][#checks[st] + 1] = ck
             else
-                delta[row + c] = st == 0 and 0 or delta[fail[st] * ncls + c]
+                hit[st] = true
             end
         end
     end

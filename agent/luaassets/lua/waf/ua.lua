@@ -11,6 +11,7 @@
 -- them as regular expressions. A pattern PCRE cannot compile makes the node
 -- an error, so requests reaching it fail closed.
 
+local aho = require("waf.aho")
 local bit = require("bit")
 
 local ngx = ngx
@@ -69,8 +70,8 @@ local OSES = {
     { label = "Bot", tokens = { "bot", "spider", "crawler" } },
 }
 
--- One Aho-Corasick automaton over the tokens and exclusions of both
--- tables, each token one bit (there are fewer than 32). A state's mask
+-- One Aho-Corasick automaton (waf/aho.lua) over the tokens and exclusions
+-- of both tables, each token one bit (there are fewer than 32). A state's mask
 -- holds the bits of the tokens ending there, its own and its suffixes'.
 -- Scanning a string once ORs the masks of the states it passes: the set of
 -- tokens it contains, overlapping ones included ("chrome" in "chromedg/").
@@ -101,61 +102,16 @@ local function build_automaton(tables)
     end
     assert(nbits <= 32, "ua classifier: more than 32 tokens")
 
-    -- Byte classes: one per byte some token uses; every other byte (class
-    -- 0) leads back to the root.
-    local cls, ncls = {}, 1
-    for b = 0, 255 do
-        cls[b] = 0
-    end
-    for _, tok in ipairs(tokens) do
-        for k = 1, #tok do
-            local b = byte(tok, k)
-            if cls[b] == 0 then
-                cls[b] = ncls
-                ncls = ncls + 1
-            end
+    local a = aho.build(tokens)
+    local mask = {}
+    for st = 0, a.nstates - 1 do
+        local m = 0
+        for _, i in ipairs(a.out[st] or EMPTY) do
+            m = bor(m, bit_of[tokens[i]])
         end
+        mask[st] = m
     end
-
-    local trie, mask, n = { [0] = {} }, { [0] = 0 }, 1
-    for _, tok in ipairs(tokens) do
-        local st = 0
-        for k = 1, #tok do
-            local c = cls[byte(tok, k)]
-            local nx = trie[st][c]
-            if not nx then
-                nx = n
-                n = n + 1
-                trie[nx], mask[nx] = {}, 0
-                trie[st][c] = nx
-            end
-            st = nx
-        end
-        mask[st] = bor(mask[st], bit_of[tok])
-    end
-
-    -- Breadth-first: failure links, inherited masks, and the complete
-    -- transition table, flat: delta[state * ncls + class].
-    local delta, fail = {}, { [0] = 0 }
-    local queue, head = { 0 }, 1
-    while queue[head] do
-        local st = queue[head]
-        head = head + 1
-        if st ~= 0 then
-            mask[st] = bor(mask[st], mask[fail[st]])
-        end
-        for c = 0, ncls - 1 do
-            local nx = trie[st][c]
-            if nx then
-                fail[nx] = st == 0 and 0 or delta[fail[st] * ncls + c]
-                delta[st * ncls + c] = nx
-                queue[#queue + 1] = nx
-            else
-                delta[st * ncls + c] = st == 0 and 0 or delta[fail[st] * ncls + c]
-            end
-        end
-    end
-    return { cls = cls, ncls = ncls, delta = delta, mask = mask, browsers = ruled[1], oses = ruled[2] }
+    return { cls = a.cls, ncls = a.ncls, delta = a.delta, mask = mask, browsers = ruled[1], oses = ruled[2] }
 end
 
 local AUTOMATON = build_automaton({ BROWSERS, OSES })
