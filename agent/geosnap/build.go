@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/openflare/openflare-agent/internal/atomicfile"
 	"github.com/openflare/openflare-agent/internal/mmdb"
+	"github.com/openflare/openflare-agent/internal/rangefile"
 )
 
 // WAFConfigFile is the landed WAF config the codes are read from.
@@ -153,7 +153,7 @@ type database struct {
 // and modification time: a database is only ever replaced by rename).
 func labelOf(codes Codes, dbs []*database) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "geosnap %d\n%s\n", format, codes)
+	fmt.Fprintf(h, "geosnap 1\n%s\n", codes)
 	for _, db := range dbs {
 		db.id = "absent"
 		if fi, err := os.Stat(db.path); db.path != "" && err == nil {
@@ -243,27 +243,13 @@ type onDisk struct {
 
 // readFile reads the header and set names of the snapshot at path.
 func readFile(path string) (onDisk, error) {
-	f, err := os.Open(path)
+	x, err := rangefile.ReadIndex(path, magic, true)
 	if err != nil {
-		return onDisk{}, err
+		return onDisk{}, fmt.Errorf("geo snapshot: %w", err)
 	}
-	defer f.Close()
-	head := make([]byte, headerSize)
-	if _, err := io.ReadFull(f, head); err != nil {
-		return onDisk{}, fmt.Errorf("geo snapshot %s: header: %w", path, err)
+	names := make([]string, len(x.IDs))
+	for i, id := range x.IDs {
+		names[i] = nameOf(id)
 	}
-	n := int(native.Uint32(head[80:]))
-	if n > MaxBytes/recordSize {
-		return onDisk{}, fmt.Errorf("geo snapshot %s: %d records", path, n)
-	}
-	b := make([]byte, headerSize+recordSize*n)
-	copy(b, head)
-	if _, err := io.ReadFull(f, b[headerSize:]); err != nil {
-		return onDisk{}, fmt.Errorf("geo snapshot %s: records: %w", path, err)
-	}
-	label, flags, names, err := header(b)
-	if err != nil {
-		return onDisk{}, fmt.Errorf("geo snapshot %s: %w", path, err)
-	}
-	return onDisk{label, flags, codesOf(names)}, nil
+	return onDisk{x.Label, x.Flags, codesOf(names)}, nil
 }

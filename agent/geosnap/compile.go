@@ -17,40 +17,25 @@
 package geosnap
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
 
 	"github.com/openflare/openflare-agent/internal/mmdb"
+	"github.com/openflare/openflare-agent/internal/rangefile"
 )
 
-// The file has the layout of waf_ip_groups.bin (agent/ipgroups), with its
-// own magic; every integer a uint32 in the host's byte order:
-//
-//	0   magic "OFGEOBIN"
-//	8   format version (1)
-//	12  0x01020304
-//	16  label: 64 hex characters naming the codes and databases it was
-//	    compiled from (Label)
-//	80  number of sets
-//	84  flags: bit 0 the City database was used, bit 1 the Country one
-//	88  one 32-byte record per set, ascending by name:
-//	      the name's bytes, zero-padded to 8 ("cUS", "rUS-CA"),
-//	      flags (bit 0: enabled), IPv4 range count, IPv4 offset,
-//	      IPv6 range count, IPv6 offset, zero
-//	…   IPv4 ranges: lo, hi (inclusive), ascending, disjoint, not adjacent
-//	…   IPv6 ranges: lo, hi as four words each, most significant first
+// The file has internal/rangefile's layout, as waf_ip_groups.bin does,
+// with its own magic "OFGEOBIN". Its label names the codes and databases
+// it was compiled from (labelOf); its flags say which databases those were
+// (FlagCity, FlagCountry). Each set's id is its name's bytes, zero-padded
+// to 8: "c" and a country code ("cUS"), or "r" and a region ("rUS-CA").
 const (
 	Name = "waf_geo.bin"
 
-	magic       = "OFGEOBIN"
-	format      = 1
-	byteOrder   = 0x01020304
-	labelOffset = 16
-	labelLen    = 64
-	headerSize  = 88
-	recordSize  = 32
+	magic = "OFGEOBIN"
 
 	FlagCity    = 1
 	FlagCountry = 2
@@ -58,8 +43,6 @@ const (
 	// MaxBytes bounds the file; waf/geo.lua refuses larger ones.
 	MaxBytes = 64 << 20
 )
-
-var native = binary.NativeEndian
 
 // u128 is an address in one 128-bit space: IPv6 as is, IPv4 as ::a.b.c.d,
 // where an IPv6 database keeps its IPv4 subtree and where mmdb.Networks
@@ -252,8 +235,8 @@ func (e *SourceError) Unwrap() error { return e.Err }
 
 // Compile builds the file for codes from src, labelled label (Label).
 func Compile(src Sources, codes Codes, label string) ([]byte, error) {
-	if len(label) != labelLen {
-		return nil, fmt.Errorf("geo snapshot: label %q is not %d characters", label, labelLen)
+	if len(label) != rangefile.LabelLen {
+		return nil, fmt.Errorf("geo snapshot: label %q is not %d characters", label, rangefile.LabelLen)
 	}
 	sets := map[string]*list{}
 	for _, c := range codes.Countries {
@@ -319,43 +302,33 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 // The file is sized before it is written, so it is never copied to grow.
 func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 	names := make([]string, 0, len(sets))
-	size := headerSize + recordSize*len(sets)
+	size := rangefile.HeaderSize + rangefile.RecordSize*len(sets)
 	for n, l := range sets {
 		if len(n) > 8 {
 			return nil, fmt.Errorf("geo snapshot: code %q is longer than 7 characters", n[1:])
 		}
 		names = append(names, n)
-		// At most: every span's IPv4 part (8 bytes) and its mirror, plus
-		// its IPv6 part (32 bytes each).
-		size += l.n * (8 + 32 + 32)
-	}
-	if size > MaxBytes {
-		size = MaxBytes
+		// At most: every span's IPv4 part and its mirror, plus its IPv6
+		// part.
+		size += l.n * (rangefile.V4RangeSize + 2*rangefile.V6RangeSize)
 	}
 	slices.Sort(names)
-	buf := make([]byte, headerSize+recordSize*len(names), size)
-	copy(buf, magic)
-	native.PutUint32(buf[8:], format)
-	native.PutUint32(buf[12:], byteOrder)
-	copy(buf[labelOffset:], label)
-	native.PutUint32(buf[80:], uint32(len(names)))
-	native.PutUint32(buf[84:], flags)
+	buf, err := rangefile.New(magic, label, len(names), flags, min(size, MaxBytes))
+	if err != nil {
+		return nil, fmt.Errorf("geo snapshot: %w", err)
+	}
 	for i, name := range names {
+		rec := rangefile.Record{Enabled: true, Off4: len(buf)}
+		copy(rec.ID[:], name)
 		var v6 list
-		rec := headerSize + recordSize*i
-		copy(buf[rec:rec+8], name)
-		native.PutUint32(buf[rec+8:], 1)
-		native.PutUint32(buf[rec+16:], uint32(len(buf)))
-		n4 := 0
 		sets[name].each(func(s span) {
 			if !v4Top.less(s.lo) {
 				part := s
 				if v4Top.less(part.hi) {
 					part.hi = v4Top
 				}
-				buf = native.AppendUint32(buf, uint32(part.lo.lo))
-				buf = native.AppendUint32(buf, uint32(part.hi.lo))
-				n4++
+				buf = rangefile.AppendV4(buf, uint32(part.lo.lo), uint32(part.hi.lo))
+				rec.N4++
 				v6.add(span{u128{0, 0xffff<<32 | part.lo.lo}, u128{0, 0xffff<<32 | part.hi.lo}})
 			}
 			if v4Top.less(s.hi) {
@@ -366,15 +339,12 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 				v6.add(part)
 			}
 		})
-		native.PutUint32(buf[rec+12:], uint32(n4))
-		native.PutUint32(buf[rec+24:], uint32(len(buf)))
-		n6 := 0
+		rec.Off6 = len(buf)
 		v6.each(func(s span) {
-			buf = appendU128(buf, s.lo)
-			buf = appendU128(buf, s.hi)
-			n6++
+			buf = rangefile.AppendV6(buf, s.lo.hi, s.lo.lo, s.hi.hi, s.hi.lo)
+			rec.N6++
 		})
-		native.PutUint32(buf[rec+20:], uint32(n6))
+		rec.Put(buf, i)
 		if len(buf) > MaxBytes {
 			return nil, fmt.Errorf("geo snapshot: exceeds %d bytes", MaxBytes)
 		}
@@ -382,32 +352,8 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 	return buf, nil
 }
 
-func appendU128(buf []byte, v u128) []byte {
-	buf = native.AppendUint32(buf, uint32(v.hi>>32))
-	buf = native.AppendUint32(buf, uint32(v.hi))
-	buf = native.AppendUint32(buf, uint32(v.lo>>32))
-	return native.AppendUint32(buf, uint32(v.lo))
-}
-
-// header reads the label, flags and set names of a file's bytes.
-func header(b []byte) (label string, flags uint32, names []string, err error) {
-	if len(b) < headerSize || string(b[:8]) != magic || native.Uint32(b[8:]) != format || native.Uint32(b[12:]) != byteOrder {
-		return "", 0, nil, fmt.Errorf("not a geo snapshot of format %d", format)
-	}
-	n := int(native.Uint32(b[80:]))
-	if n > (len(b)-headerSize)/recordSize {
-		return "", 0, nil, fmt.Errorf("geo snapshot: %d records run past the end", n)
-	}
-	for i := range n {
-		rec := b[headerSize+recordSize*i:]
-		end := 8
-		for end > 0 && rec[end-1] == 0 {
-			end--
-		}
-		names = append(names, string(rec[:end]))
-	}
-	return string(b[labelOffset : labelOffset+labelLen]), native.Uint32(b[84:]), names, nil
-}
+// nameOf is the set name of a record id.
+func nameOf(id [8]byte) string { return string(bytes.TrimRight(id[:], "\x00")) }
 
 // codesOf are the codes of set names.
 func codesOf(names []string) Codes {

@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/openflare/openflare-agent/internal/rangefile"
 )
 
 // The compiled snapshot, waf_ip_groups.bin, is what the nginx workers
@@ -23,40 +22,13 @@ import (
 // address ranges that the Lua side binary-searches in place (mapped or as
 // one string), with no per-entry Lua objects.
 //
-// Layout, every integer a uint32 in the host's byte order (the agent and
-// nginx run on the same machine):
-//
-//	0   magic "OFIPGBIN"
-//	8   format version (1)
-//	12  0x01020304, so a reader with the other byte order sees a mismatch
-//	16  label: the 64 hex characters of the .checksum file this file was
-//	    compiled from (the sha256 of the JSON)
-//	80  number of groups
-//	84  zero
-//	88  one 32-byte record per group, ascending by id:
-//	      id low 32 bits, id high 32 bits, flags (bit 0: enabled),
-//	      IPv4 range count, IPv4 offset, IPv6 range count, IPv6 offset, zero
-//	    offsets are in bytes from the start of the file
-//	…   IPv4 ranges: lo, hi (inclusive), ascending, disjoint, not adjacent
-//	…   IPv6 ranges: lo, hi as four words each, most significant first
-//
-// IPv4 and IPv4-mapped IPv6 addresses stay separate families, as in
-// waf/ipmatch.lua.
+// The layout is internal/rangefile's, each group a set whose id is the
+// group id. IPv4 and IPv4-mapped IPv6 addresses stay separate families, as
+// in waf/ipmatch.lua.
 const (
 	CompiledName = "waf_ip_groups.bin"
 
-	compiledMagic   = "OFIPGBIN"
-	compiledFormat  = 1
-	byteOrderMark   = 0x01020304
-	labelLen        = 64
-	headerSize      = 88
-	recordSize      = 32
-	v4RangeSize     = 8
-	v6RangeSize     = 32
-	flagEnabled     = 1
-	labelOffset     = 16
-	groupCountWord  = 80
-	firstRecordByte = headerSize
+	compiledMagic = "OFIPGBIN"
 )
 
 // MaxCompiledBytes bounds the compiled file. Every snapshot within
@@ -64,8 +36,6 @@ const (
 // own takes 5 bytes of JSON ("::1",) and 32 in the file. The Lua side
 // refuses larger files with the same bound.
 const MaxCompiledBytes = 7 * MaxSnapshotBytes
-
-var native = binary.NativeEndian
 
 // labelOf is the checksum label of a snapshot: the .checksum file's content
 // without the newline.
@@ -88,9 +58,6 @@ func Compile(snapshot []byte) ([]byte, error) {
 // Memory is the output plus one group's ranges at a time: the entries are
 // read in place from the raw JSON, never collected as strings.
 func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, error) {
-	if len(label) != labelLen {
-		return nil, fmt.Errorf("ip groups: compile: label %q is not %d characters", label, labelLen)
-	}
 	keys := make([]uint64, 0, len(groups))
 	for key := range maps.Keys(groups) {
 		id, err := parseKey(key)
@@ -104,16 +71,14 @@ func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, err
 	// Every comma may separate entries; IPv4 ranges take 8 bytes. Sizing
 	// the buffer for that once spares the copies of growing it by appends
 	// (for IPv6 it still grows).
-	hint := firstRecordByte + recordSize*len(keys)
+	hint := rangefile.HeaderSize + rangefile.RecordSize*len(keys)
 	for _, raw := range groups {
-		hint += v4RangeSize * (bytes.Count(raw, []byte{','}) + 1)
+		hint += rangefile.V4RangeSize * (bytes.Count(raw, []byte{','}) + 1)
 	}
-	buf := make([]byte, firstRecordByte+recordSize*len(keys), min(hint, MaxCompiledBytes))
-	copy(buf, compiledMagic)
-	native.PutUint32(buf[8:], compiledFormat)
-	native.PutUint32(buf[12:], byteOrderMark)
-	copy(buf[labelOffset:], label)
-	native.PutUint32(buf[groupCountWord:], uint32(len(keys)))
+	buf, err := rangefile.New(compiledMagic, label, len(keys), 0, min(hint, MaxCompiledBytes))
+	if err != nil {
+		return nil, fmt.Errorf("ip groups: compile: %w", err)
+	}
 
 	var c compiler
 	for i, id := range keys {
@@ -122,40 +87,24 @@ func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, err
 		if err != nil {
 			return nil, fmt.Errorf("ip groups: compile group %s: %w", key, err)
 		}
-		rec := buf[firstRecordByte+recordSize*i:]
-		native.PutUint32(rec[0:], uint32(id))
-		native.PutUint32(rec[4:], uint32(id>>32))
-		if !enabled {
-			continue
+		rec := rangefile.Record{ID: rangefile.NumericID(id), Enabled: enabled}
+		if enabled {
+			// The offsets are checked below: the whole file stays under 4 GiB.
+			rec.N4, rec.Off4 = len(c.v4), len(buf)
+			for _, r := range c.v4 {
+				buf = rangefile.AppendV4(buf, uint32(r>>32), uint32(r))
+			}
+			rec.N6, rec.Off6 = len(c.v6), len(buf)
+			for _, r := range c.v6 {
+				buf = rangefile.AppendV6(buf, r.lo.hi, r.lo.lo, r.hi.hi, r.hi.lo)
+			}
+			if len(buf) > MaxCompiledBytes {
+				return nil, fmt.Errorf("ip groups: compiled snapshot exceeds %d bytes", MaxCompiledBytes)
+			}
 		}
-		native.PutUint32(rec[8:], flagEnabled)
-		// The offsets are checked below: the whole file stays under 4 GiB.
-		native.PutUint32(rec[12:], uint32(len(c.v4)))
-		native.PutUint32(rec[16:], uint32(len(buf)))
-		for _, r := range c.v4 {
-			buf = native.AppendUint32(buf, uint32(r>>32))
-			buf = native.AppendUint32(buf, uint32(r))
-		}
-		// buf may have moved; the record is re-sliced.
-		rec = buf[firstRecordByte+recordSize*i:]
-		native.PutUint32(rec[20:], uint32(len(c.v6)))
-		native.PutUint32(rec[24:], uint32(len(buf)))
-		for _, r := range c.v6 {
-			buf = appendU128(buf, r.lo)
-			buf = appendU128(buf, r.hi)
-		}
-		if len(buf) > MaxCompiledBytes {
-			return nil, fmt.Errorf("ip groups: compiled snapshot exceeds %d bytes", MaxCompiledBytes)
-		}
+		rec.Put(buf, i)
 	}
 	return buf, nil
-}
-
-func appendU128(buf []byte, v u128) []byte {
-	buf = native.AppendUint32(buf, uint32(v.hi>>32))
-	buf = native.AppendUint32(buf, uint32(v.hi))
-	buf = native.AppendUint32(buf, uint32(v.lo>>32))
-	return native.AppendUint32(buf, uint32(v.lo))
 }
 
 type range6 struct{ lo, hi u128 }
@@ -282,17 +231,9 @@ var errStaleCompiled = errors.New("compiled snapshot does not match")
 // readCompiledLabel reads the label of the compiled file in dir, checking
 // that its header is one this agent writes.
 func readCompiledLabel(dir string) (string, error) {
-	f, err := os.Open(filepath.Join(dir, CompiledName))
-	if err != nil {
-		return "", err
+	x, err := rangefile.ReadIndex(filepath.Join(dir, CompiledName), compiledMagic, false)
+	if errors.Is(err, rangefile.ErrHeader) {
+		return "", fmt.Errorf("%w: %w", errStaleCompiled, err)
 	}
-	defer f.Close()
-	head := make([]byte, headerSize)
-	if _, err := io.ReadFull(f, head); err != nil {
-		return "", fmt.Errorf("%w: header: %w", errStaleCompiled, err)
-	}
-	if string(head[:8]) != compiledMagic || native.Uint32(head[8:]) != compiledFormat || native.Uint32(head[12:]) != byteOrderMark {
-		return "", fmt.Errorf("%w: unknown header %q format %d", errStaleCompiled, head[:8], native.Uint32(head[8:]))
-	}
-	return string(head[labelOffset : labelOffset+labelLen]), nil
+	return x.Label, err
 }

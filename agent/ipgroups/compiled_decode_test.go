@@ -4,7 +4,27 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/openflare/openflare-agent/internal/rangefile"
 )
+
+// The layout as the tests read it back, independently of the writer
+// (internal/rangefile has its description).
+const (
+	compiledFormat  = 1
+	byteOrderMark   = 0x01020304
+	labelOffset     = 16
+	labelLen        = rangefile.LabelLen
+	headerSize      = rangefile.HeaderSize
+	recordSize      = rangefile.RecordSize
+	groupCountWord  = 80
+	firstRecordByte = headerSize
+	v4RangeSize     = rangefile.V4RangeSize
+	v6RangeSize     = rangefile.V6RangeSize
+	flagEnabled     = 1
+)
+
+var native = binary.NativeEndian
 
 // compiledGroup is one group of a decoded compiled file.
 type compiledGroup struct {
