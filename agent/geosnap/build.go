@@ -33,6 +33,13 @@ type Builder struct {
 
 	mu     sync.Mutex
 	status Status
+	// config is the landed WAF config's codes and the stamp of the file
+	// they were read from: a build when nothing changed (the poll while
+	// rules are active) stats it rather than decoding it again.
+	config struct {
+		stamp string
+		codes Codes
+	}
 }
 
 // Status is what the last build found.
@@ -79,9 +86,15 @@ func (b *Builder) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func (b *Builder) build(keep bool) (bool, error) {
+// landedCodes are the codes of the landed waf_config.json.
+func (b *Builder) landedCodes() (Codes, error) {
+	path := filepath.Join(b.Dir, WAFConfigFile)
+	st := stamp(path)
+	if st == b.config.stamp {
+		return b.config.codes, nil
+	}
 	codes := Codes{}
-	raw, err := os.ReadFile(filepath.Join(b.Dir, WAFConfigFile))
+	raw, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		if codes, err = CodesOf(raw); err != nil {
@@ -89,7 +102,16 @@ func (b *Builder) build(keep bool) (bool, error) {
 			codes = Codes{}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return false, fmt.Errorf("geo snapshot: %w", err)
+		return Codes{}, fmt.Errorf("geo snapshot: %w", err)
+	}
+	b.config.stamp, b.config.codes = st, codes
+	return codes, nil
+}
+
+func (b *Builder) build(keep bool) (bool, error) {
+	codes, err := b.landedCodes()
+	if err != nil {
+		return false, err
 	}
 	path := filepath.Join(b.Dir, Name)
 	old, oldErr := readFile(path)
@@ -108,7 +130,7 @@ func (b *Builder) build(keep bool) (bool, error) {
 		return false, nil
 	}
 
-	dbs := []*database{{name: "city", path: b.CityPath}, {name: "country", path: b.CountryPath}}
+	dbs := []database{{name: "city", path: b.CityPath}, {name: "country", path: b.CountryPath}}
 	label := labelOf(codes, dbs)
 	if oldErr == nil && old.label == label {
 		// Up to date, also in a process that just started: the status
@@ -142,29 +164,34 @@ func (b *Builder) build(keep bool) (bool, error) {
 	return true, nil
 }
 
-// database is one configured database file and what identifies its
-// content for the label.
+// database is one configured database file.
 type database struct {
 	name, path string
-	id         string
 }
 
-// labelOf names the codes and the database files (by device, inode, size
-// and modification time: a database is only ever replaced by rename).
-func labelOf(codes Codes, dbs []*database) string {
+// labelOf names the codes and the database files (by their stamps).
+func labelOf(codes Codes, dbs []database) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "geosnap 1\n%s\n", codes)
 	for _, db := range dbs {
-		db.id = "absent"
-		if fi, err := os.Stat(db.path); db.path != "" && err == nil {
-			db.id = fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				db.id += fmt.Sprintf(" %d %d", st.Dev, st.Ino)
-			}
-		}
-		fmt.Fprintf(h, "%s %s %s\n", db.name, db.path, db.id)
+		fmt.Fprintf(h, "%s %s %s\n", db.name, db.path, stamp(db.path))
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// stamp identifies a file's content by its size, modification time,
+// device and inode ("absent" when there is none): the agent, the
+// updater and the owner replace these files by rename.
+func stamp(path string) string {
+	fi, err := os.Stat(path)
+	if path == "" || err != nil {
+		return "absent"
+	}
+	id := fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id += fmt.Sprintf(" %d %d", st.Dev, st.Ino)
+	}
+	return id
 }
 
 // opened holds the readers of one build.
@@ -213,7 +240,7 @@ func databases(flags uint32) []string {
 }
 
 // open maps the databases that exist and open; problems name the others.
-func (b *Builder) open(dbs []*database) (*opened, []string) {
+func (b *Builder) open(dbs []database) (*opened, []string) {
 	o := &opened{}
 	var problems []string
 	for _, db := range dbs {
