@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/openflare/openflare-agent/testing/benchkit"
 )
 
 // User-Agents, one per classifier label.
@@ -106,9 +105,6 @@ func uaSecurityConfig() (obj, []string) {
 		noCRLF[f] = f != "crlf_injection"
 	}
 	add("s-nocrlf", "security_check", noCRLF)
-	// Benchmark sites: the same nodes in front of a Lua content handler.
-	add("bench-none", "security_check", obj{})
-	add("bench-all", "security_check", all)
 	add("s-12", "security_check", obj{"path_traversal": true, "file_inclusion": true})
 	add("s-truthy", "security_check", obj{"sql_injection": 1, "xss": "true", "ssrf": "1"})
 	add("s-falsy", "security_check", obj{"sql_injection": 0, "xss": "yes", "ssrf": false, "path_traversal": "0"})
@@ -561,111 +557,13 @@ func TestUASecurity(t *testing.T) {
 	})
 }
 
-// cleanQuery4K is a 4 KiB query string of 64 arguments that no flag
-// catches, with percent-encoding and '+' so both decodes do work.
-func cleanQuery4K() string {
-	var b strings.Builder
-	for i := 0; b.Len() < 4096-64; i++ {
-		if i > 0 {
-			b.WriteByte('&')
-		}
-		fmt.Fprintf(&b, "k%02d=hello+world%%2C+item+%d+of+the+list%%3A+value_%d", i, i, i*7)
-	}
-	for b.Len() < 4096 {
-		b.WriteByte('x')
-	}
-	return b.String()
-}
-
-// workerCPU is the CPU time (user + system) nginx's workers have used.
-func workerCPU(t *testing.T, r *rig) time.Duration {
-	t.Helper()
-	var ticks int64
-	for _, pid := range r.nginx.WorkerPIDs() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Fields after the parenthesised command: state is field 3,
-		// utime and stime are fields 14 and 15.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		for _, k := range []int{11, 12} {
-			v, err := strconv.ParseInt(f[k], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ticks += v
-		}
-	}
-	return time.Duration(ticks) * time.Second / clockTicks
-}
-
-// clockTicks is USER_HZ, 100 on every Linux ABI Go supports.
-const clockTicks = 100
-
-// timePerRequest sends n requests over keep-alive connections from one
-// client and returns the mean wall time and nginx worker CPU time per
-// request in µs.
-func timePerRequest(t *testing.T, r *rig, host, target string, n int) (wall, cpu float64) {
-	t.Helper()
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(otherIP)}, Timeout: 5 * time.Second}
-	tr := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 1}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	do := func() {
-		req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1"+target, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s %s: status %d", host, target, resp.StatusCode)
-		}
-	}
-	for range 200 {
-		do()
-	}
-	cpu0 := workerCPU(t, r)
-	start := time.Now()
-	for range n {
-		do()
-	}
-	wall = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
-	cpu = float64((workerCPU(t, r) - cpu0).Nanoseconds()) / 1e3 / float64(n)
-	return wall, cpu
-}
-
-// TestSecurityCheckOverhead reports (does not assert) the per-request cost
-// of a security_check node with all nine flags on a clean 4 KiB query
-// string, against the same request through a node with no flags: wall time
-// per request on one keep-alive client, and nginx worker CPU time per
-// request (less sensitive to a busy machine), then the check alone timed
-// inside a worker.
-func TestSecurityCheckOverhead(t *testing.T) {
+// TestSecurityCheckInWorker reports (does not assert) what a
+// security_check node with all nine flags costs on a clean 4 KiB query
+// string, timed inside a worker; testing/wafbench (make bench) measures it
+// through nginx.
+func TestSecurityCheckInWorker(t *testing.T) {
 	r := startUASecurityRig(t)
-	target := "/?" + cleanQuery4K()
-	if len(target) < 4096 {
-		t.Fatalf("query is %d bytes", len(target))
-	}
-	const n = 3000
-	baseWall, baseCPU, allWall, allCPU := 1e9, 1e9, 1e9, 1e9
-	// Interleaved rounds; the best round of each is the least disturbed.
-	for range 3 {
-		w, c := timePerRequest(t, r, "bench-none.test", target, n)
-		baseWall, baseCPU = min(baseWall, w), min(baseCPU, c)
-		w, c = timePerRequest(t, r, "bench-all.test", target, n)
-		allWall, allCPU = min(allWall, w), min(allCPU, c)
-	}
-	t.Logf("4 KiB query through nginx, no flags vs all nine flags: wall %.1f vs %.1f µs/request (overhead %.1f), nginx worker CPU %.1f vs %.1f µs/request (overhead %.1f); target ≤ 50 µs",
-		baseWall, allWall, allWall-baseWall, baseCPU, allCPU, allCPU-baseCPU)
-
-	got := r.request(otherIP, http.MethodGet, "tools.test", "/time-security?"+cleanQuery4K(), nil)
+	got := r.request(otherIP, http.MethodGet, "tools.test", "/time-security?"+benchkit.CleanQuery4K(), nil)
 	if got.status != 200 {
 		t.Fatalf("time-security: %d %q", got.status, got.body)
 	}

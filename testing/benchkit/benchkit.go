@@ -188,3 +188,20 @@ func Duration(d time.Duration) string {
 	}
 	return d.Round(100 * time.Millisecond).String()
 }
+
+// CleanQuery4K is a 4 KiB query string of 64 arguments that no
+// security_check flag catches, with percent-encoding and '+' so that both
+// decodes have work to do: the WAF's worst common case.
+func CleanQuery4K() string {
+	var b strings.Builder
+	for i := 0; b.Len() < 4096-64; i++ {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		fmt.Fprintf(&b, "k%02d=hello+world%%2C+item+%d+of+the+list%%3A+value_%d", i, i, i*7)
+	}
+	for b.Len() < 4096 {
+		b.WriteByte('x')
+	}
+	return b.String()
+}

@@ -94,7 +94,7 @@ func rows() []row {
 			ready:   func(b *bench) error { return b.waitAdopted("geo") },
 		},
 		{
-			name: "security_check, all nine flags, 4 KiB query", path: "/?" + cleanQuery4K(),
+			name: "security_check, all nine flags, 4 KiB query", path: "/?" + benchkit.CleanQuery4K(),
 			node: obj{"type": "security_check", "config": allFlags}, allowOn: "true",
 		},
 	}
@@ -358,22 +358,6 @@ func bigIPList() []string {
 		list = append(list, fmt.Sprintf("10.%d.%d.%d", n>>16, n>>8&0xff, n&0xff))
 	}
 	return list
-}
-
-// cleanQuery4K is a 4 KiB query string of 64 arguments no flag catches,
-// with percent-encoding and '+' so that both decodes have work to do.
-func cleanQuery4K() string {
-	var b strings.Builder
-	for i := 0; b.Len() < 4096-64; i++ {
-		if i > 0 {
-			b.WriteByte('&')
-		}
-		fmt.Fprintf(&b, "k%02d=hello+world%%2C+item+%d+of+the+list%%3A+value_%d", i, i, i*7)
-	}
-	for b.Len() < 4096 {
-		b.WriteByte('x')
-	}
-	return b.String()
 }
 
 type result struct {
