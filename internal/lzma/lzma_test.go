@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openflare/openflare-agent/testing/xztest"
 )
@@ -336,31 +335,6 @@ func TestBadProps(t *testing.T) {
 	}
 }
 
-// decodeWithin decodes, failing the test on a panic or if decoding takes
-// longer than a generous bound.
-func decodeWithin(t *testing.T, name string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- fmt.Errorf("panic: %v", p)
-			}
-		}()
-		done <- f()
-	}()
-	select {
-	case err := <-done:
-		if err != nil && strings.HasPrefix(err.Error(), "panic:") {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s: decoding hangs", name)
-		return nil
-	}
-}
-
 func TestTruncated(t *testing.T) {
 	data := xztest.Sample(6000, 21)
 	f := runXZ(t, data, "--format=lzma", "-6", "-c")
@@ -368,7 +342,7 @@ func TestTruncated(t *testing.T) {
 	raw := runXZ(t, data, "--format=raw", "--lzma2=preset=6", "-c")
 	for i := 0; i < len(payload); i++ {
 		for _, size := range []int64{-1, int64(len(data))} {
-			err := decodeWithin(t, fmt.Sprintf("lzma cut at %d", i), func() error {
+			err := xztest.Within(t, fmt.Sprintf("lzma cut at %d", i), func() error {
 				r, err := NewReader(bytes.NewReader(payload[:i]), p, size)
 				if err != nil {
 					return err
@@ -382,7 +356,7 @@ func TestTruncated(t *testing.T) {
 		}
 	}
 	for i := 0; i < len(raw); i++ {
-		err := decodeWithin(t, fmt.Sprintf("lzma2 cut at %d", i), func() error {
+		err := xztest.Within(t, fmt.Sprintf("lzma2 cut at %d", i), func() error {
 			r, err := NewReader2(bytes.NewReader(raw[:i]), 1<<20)
 			if err != nil {
 				return err
@@ -410,7 +384,7 @@ func TestBitFlips(t *testing.T) {
 		if i%2 == 0 {
 			size = int64(len(data))
 		}
-		err := decodeWithin(t, fmt.Sprintf("lzma flip at %d", pos), func() error {
+		err := xztest.Within(t, fmt.Sprintf("lzma flip at %d", pos), func() error {
 			z, err := NewReader(bytes.NewReader(bad), p, size)
 			if err != nil {
 				return err
@@ -431,7 +405,7 @@ func TestBitFlips(t *testing.T) {
 		bad = append(bad[:0], raw...)
 		pos = r.IntN(len(bad))
 		bad[pos] ^= 1 << r.IntN(8)
-		decodeWithin(t, fmt.Sprintf("lzma2 flip at %d", pos), func() error {
+		xztest.Within(t, fmt.Sprintf("lzma2 flip at %d", pos), func() error {
 			z, err := NewReader2(bytes.NewReader(bad), 1<<20)
 			if err != nil {
 				return err

@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openflare/openflare-agent/testing/xztest"
 )
@@ -287,30 +286,6 @@ func TestBombStoppable(t *testing.T) {
 	}
 }
 
-// within fails the test on a panic or a hang.
-func within(t *testing.T, name string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- fmt.Errorf("panic: %v", p)
-			}
-		}()
-		done <- f()
-	}()
-	select {
-	case err := <-done:
-		if err != nil && strings.HasPrefix(err.Error(), "panic:") {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: decoding hangs", name)
-		return nil
-	}
-}
-
 func TestTruncated(t *testing.T) {
 	data := xztest.Sample(5000, 7)
 	first := compress(t, data, "--block-size=2000", "--check=crc64")
@@ -319,7 +294,7 @@ func TestTruncated(t *testing.T) {
 		if i == len(first) {
 			continue // a complete first stream is a valid file
 		}
-		err := within(t, fmt.Sprintf("cut at %d", i), func() error {
+		err := xztest.Within(t, fmt.Sprintf("cut at %d", i), func() error {
 			_, err := decode(f[:i])
 			return err
 		})
@@ -338,7 +313,7 @@ func TestBitFlips(t *testing.T) {
 			bad := append([]byte{}, f...)
 			pos := r.IntN(len(bad))
 			bad[pos] ^= 1 << r.IntN(8)
-			err := within(t, fmt.Sprintf("flip at %d", pos), func() error {
+			err := xztest.Within(t, fmt.Sprintf("flip at %d", pos), func() error {
 				_, err := decode(bad)
 				return err
 			})

@@ -5,9 +5,12 @@ package xztest
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Path returns the xz tool's path, skipping the test when it is missing.
@@ -44,4 +47,30 @@ func Sample(n int, seed uint64) []byte {
 		}
 	}
 	return b.Bytes()[:n]
+}
+
+// Within runs a decode, failing the test when it panics or hangs (a
+// hostile input must end in an error, never in either), and returns its
+// error.
+func Within(t testing.TB, name string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("panic: %v", p)
+			}
+		}()
+		done <- f()
+	}()
+	select {
+	case err := <-done:
+		if err != nil && strings.HasPrefix(err.Error(), "panic:") {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: decoding hangs", name)
+		return nil
+	}
 }
