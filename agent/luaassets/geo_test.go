@@ -11,6 +11,7 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/geosnap"
 	"github.com/openflare/openflare-agent/testing/geodb"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Client addresses of the geo tests (all local in the test namespace) and
@@ -112,11 +113,25 @@ func (g *geoRig) writeDB(path string, o geodb.Options, nets []geodb.Network) {
 	}
 }
 
+// build compiles the snapshot and, when that wrote one, waits until every
+// worker has adopted it: a request answers by whichever worker accepts it,
+// and the subtests that ask one question once must not meet a worker still
+// on the previous snapshot.
 func (g *geoRig) build() {
 	g.t.Helper()
-	if _, err := g.builder.Build(false); err != nil {
+	const adopted = "adopted geo snapshot "
+	before := g.countLines(adopted)
+	changed, err := g.builder.Build(false)
+	if err != nil {
 		g.t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(g.runtimeDir, geosnap.Name)); !changed || err != nil {
+		return
+	}
+	workers := len(g.nginx.WorkerPIDs())
+	testsupport.WaitFor(g.t, snapshotPickup, "every worker to adopt the new geo snapshot", func() bool {
+		return g.countLines(adopted) >= before+workers
+	})
 }
 
 // statuses returns, for each client, the status of deny-us, allow-de,
