@@ -195,13 +195,19 @@ func (r *rig) expectChallengePage(got reply) {
 	}
 }
 
+// shortTTL is short.test's session and challenge lifetime in seconds: a
+// test waits it out, and before that a challenge must still be solvable
+// and a session still valid after a few requests on a loaded machine, so
+// it is not shorter.
+const shortTTL = 5
+
 func newPowRig(t *testing.T) *rig {
 	r := newRig(t)
 	r.writeWAF(obj{
 		"rule_groups": []obj{
 			group(1, true, allowGraph()),
 			group(2, false, powGraph(powConfig(4, 600, 300))),
-			group(3, false, powGraph(powConfig(2, 2, 2))),
+			group(3, false, powGraph(powConfig(2, shortTTL, shortTTL))),
 			// A later group the takeover must never reach.
 			group(4, false, blockGraph(418, "after-pow")),
 		},
@@ -431,7 +437,7 @@ func TestPowFlow(t *testing.T) {
 		r.expect(r.request(otherIP, http.MethodGet, "short.test", "/", withCookie(token)), 200, "origin-ok", "")
 		c := parseChallenge(t, r.get(otherIP, "short.test", "/"))
 		nonce, hash := solve(c.Challenge.RandomData, c.Rules.Difficulty)
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(shortTTL*time.Second + 500*time.Millisecond)
 		r.expectChallengePage(r.request(otherIP, http.MethodGet, "short.test", "/", withCookie(token)))
 		r.expectJSONError(r.get(otherIP, "short.test", passTarget(passQuery(c.Challenge.ID, hash, strconv.Itoa(nonce), ""))), 410, "challenge expired or not found")
 	})
