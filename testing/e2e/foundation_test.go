@@ -211,7 +211,9 @@ func TestCorruptStateMovedAside(t *testing.T) {
 	if len(aside) != 1 {
 		t.Fatalf("corrupt state not moved aside: %v", aside)
 	}
-	n.waitLog("state file could not be parsed; moved aside", time.Second)
+	// Logged before the first beat, but relayed by the goroutine that
+	// copies the agent's output: on a loaded machine it may trail the beat.
+	n.waitLog("state file could not be parsed; moved aside", 30*time.Second)
 }
 
 // The agent's log never carries a token; every test checks its own log in
@@ -222,13 +224,13 @@ func TestTokensNeverLogged(t *testing.T) {
 	cp.Inject(controlplane.Fault{Path: protocol.PathHeartbeat, Status: 401, Times: 3})
 	n.start()
 	testsupport.WaitFor(t, 30*time.Second, "a heartbeat after the 401s", func() bool { return len(cp.Heartbeats()) > 0 })
+	// The 401s were logged before the beat that got through, but the
+	// goroutine copying the agent's output may not have relayed them yet.
+	n.waitLog("HTTP 401", 30*time.Second)
 	logs := n.logs.String()
 	for _, tok := range n.tokens() {
 		if tok != "" && strings.Contains(logs, tok) {
 			t.Fatal("token in log")
 		}
-	}
-	if !strings.Contains(logs, "HTTP 401") {
-		t.Fatalf("401 not logged:\n%s", n.tail())
 	}
 }
