@@ -106,6 +106,12 @@ func TestWebSocketFallbackAndBackoff(t *testing.T) {
 	if d := time.Since(dropped); d > 2*time.Second {
 		t.Fatalf("first HTTP beat %v after the drop; want at once", d)
 	}
+	// The server lets go of the dropped socket in its own goroutine, and
+	// the agent's HTTP beat can come first: until then the dropped socket
+	// would pass for the reconnected one.
+	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, false); err != nil {
+		t.Fatalf("the server never let go of the dropped socket: %v", err)
+	}
 	if err := cp.WaitWS(ctxFor(t, 90*time.Second), nodeID, true); err != nil {
 		t.Fatalf("no reconnect: %v", err)
 	}
