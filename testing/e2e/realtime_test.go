@@ -15,6 +15,13 @@ import (
 
 // wsControlPlane allows the WebSocket and makes the heartbeat interval long,
 // so anything that happens fast happened because of a push.
+//
+// pushBound is "fast": a third of that interval, so a push (or an
+// immediate beat) is told from a wait for the interval, while a loaded
+// 2-core runner, an agent under the race detector and nginx -t plus a
+// reload for each apply still get their seconds.
+const pushBound = 10 * time.Second
+
 func wsControlPlane(t *testing.T) *controlplane.Server {
 	cp := controlPlane(t)
 	cp.UpdateSettings("", func(s *protocol.AgentSettings) {
@@ -53,8 +60,9 @@ func (n *node) waitConnected() string {
 	return nodeID
 }
 
-// A publish while the WebSocket is up applies within a second, without
-// waiting for the (here 30 s) heartbeat interval, and the route serves.
+// A publish while the WebSocket is up applies at once (within pushBound;
+// the log shows the real figure), without waiting for the (here 30 s)
+// heartbeat interval, and the route serves.
 func TestPublishOverWebSocket(t *testing.T) {
 	cp := wsControlPlane(t)
 	o := origin(t, "ws")
@@ -71,8 +79,8 @@ func TestPublishOverWebSocket(t *testing.T) {
 		waitServes(t, host, "/", "origin-ok ws")
 		took := time.Since(start)
 		t.Logf("publish %d → serving over WebSocket: %v", i, took.Round(time.Millisecond))
-		if took > time.Second {
-			t.Fatalf("publish took %v to serve; a push should apply within 1 s", took)
+		if took > pushBound {
+			t.Fatalf("publish took %v to serve; a push should apply within %v, not at the 30 s heartbeat", took, pushBound)
 		}
 	}
 	if st := n.state(); st.Channel != "websocket" {
@@ -102,9 +110,11 @@ func TestWebSocketFallbackAndBackoff(t *testing.T) {
 	if err := cp.DropWS(nodeID); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.WaitFor(t, 10*time.Second, "an HTTP heartbeat after the drop", func() bool { return httpBeats() > before })
-	if d := time.Since(dropped); d > 2*time.Second {
-		t.Fatalf("first HTTP beat %v after the drop; want at once", d)
+	testsupport.WaitFor(t, 30*time.Second, "an HTTP heartbeat after the drop", func() bool { return httpBeats() > before })
+	d := time.Since(dropped)
+	t.Logf("first HTTP beat %v after the drop", d.Round(time.Millisecond))
+	if d > pushBound {
+		t.Fatalf("first HTTP beat %v after the drop; want at once, not at the 30 s heartbeat", d)
 	}
 	// The server lets go of the dropped socket in its own goroutine, and
 	// the agent's HTTP beat can come first: until then the dropped socket
