@@ -155,6 +155,10 @@ type generation0 struct {
 	since   time.Time
 }
 
+// handoverWait bounds how long handover waits for the previous workers to
+// stop accepting.
+const handoverWait = 5 * time.Second
+
 // handover makes the previous generation's workers stop accepting, once a
 // new worker has answered the probe, and waits until they have. nginx's
 // master tells them itself, but only 100 ms after it started the new
@@ -179,8 +183,18 @@ func (n *Ctl) handover(ctx context.Context) {
 			syscall.Kill(pid, syscall.SIGQUIT)
 		}
 	}
-	for deadline := time.Now().Add(time.Second); !procs.retired(prev.workers); {
-		if time.Now().After(deadline) || sleep(ctx, 2*time.Millisecond) != nil {
+	// A worker takes the signal within one event-loop pass; the deadline
+	// only bounds a machine stalled far beyond that, and is logged, because
+	// until the master's own signal reaches them those workers may still
+	// answer with the old config.
+	for deadline := time.Now().Add(handoverWait); !procs.retired(prev.workers); {
+		if time.Now().After(deadline) {
+			if n.Log != nil {
+				n.Log.Warn("reload: previous workers still accepting", "workers", prev.workers, "after", handoverWait)
+			}
+			break
+		}
+		if sleep(ctx, 2*time.Millisecond) != nil {
 			break
 		}
 	}
