@@ -20,6 +20,7 @@ import (
 	"github.com/openflare/openflare-agent/agent"
 	"github.com/openflare/openflare-agent/agent/command"
 	"github.com/openflare/openflare-agent/agent/config"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/agent/updater"
 )
 
@@ -125,6 +126,9 @@ func runAgent(configPath string, start func(*slog.Logger) *updater.Updater) int 
 	// Counted before agent.json is read: a release that rejects it must
 	// still roll back.
 	up := start(log)
+	// A test build dies here when told to: a release that crashes at
+	// every start, which the boot count must roll back.
+	testhook.Crash("start-" + version)
 	cfg, warnings, err := config.Load(configPath, os.Getenv)
 	for _, w := range warnings {
 		log.Warn(w)

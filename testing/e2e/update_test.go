@@ -15,15 +15,20 @@ import (
 	"time"
 
 	"github.com/openflare/openflare-agent/agent/protocol"
+	"github.com/openflare/openflare-agent/agent/testhook"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/releaseserver"
 	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // updateVersions are the agent builds the self-update test installs: the
-// one it starts with, the release it updates to, and one more that never
-// reaches a heartbeat.
-var updateVersions = []string{"1.0.0", "1.1.0", "1.2.0"}
+// one it starts with, the release it updates to, one that never reaches a
+// heartbeat, and one that crashes at every start (crashingVersion).
+var updateVersions = []string{"1.0.0", "1.1.0", "1.2.0", crashingVersion}
+
+// crashingVersion dies at its crash point "start-<version>" right after
+// main counted its start.
+const crashingVersion = "1.3.0"
 
 var updateBuilds struct {
 	once gosync.Once
@@ -97,7 +102,10 @@ func TestUpdateEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.bin = exe
-	n.start()
+	// Inherited across every re-exec; only crashingVersion has this crash
+	// point.
+	crashEnv := testhook.CrashEnv + "=start-" + crashingVersion
+	n.start(crashEnv)
 	nodeID := waitBeat(t, cp, time.Time{}, "1.0.0", "").NodeID
 	pid := n.cmd.Process.Pid
 
@@ -195,6 +203,38 @@ func TestUpdateEndToEnd(t *testing.T) {
 		t.Logf("reported: %+v", b.Payload.HealthEvents)
 		if n.cmd.Process.Pid != pid || isClosed(n.exited) {
 			t.Fatal("the agent process did not re-execute in place")
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("crash at every start rolls back", func(t *testing.T) {
+		tag := "v" + crashingVersion
+		from := len(n.logs.String())
+		at := updateNow(releaseserver.Release{Tag: tag, Binary: bins[crashingVersion], Key: key}, "executing the new binary")
+		// The supervisor's part (systemd's Restart=, procd's respawn):
+		// the dead agent is started again. The new binary's first two
+		// starts die; the third start of it restores the previous one.
+		for i := 0; i < 2; i++ {
+			n.waitCrash(30 * time.Second)
+			n.start(crashEnv)
+		}
+		testsupport.WaitFor(t, 30*time.Second, "the rollback after two crashed starts", func() bool {
+			return strings.Contains(n.logs.String()[from:], "crashed on start 2 times")
+		})
+		if b, _ := os.ReadFile(exe); !bytes.Equal(b, bins["1.1.0"]) {
+			t.Fatal("the previous binary is not back")
+		}
+		waitBeat(t, cp, at, "1.1.0", tag)
+		// Not tried again: a version that crashed is remembered as failed.
+		from = len(n.logs.String())
+		updateNow(releaseserver.Release{Tag: tag, Binary: bins[crashingVersion], Key: key}, "self-update refused")
+		if !strings.Contains(n.logs.String()[from:], "is not tried again") {
+			t.Errorf("the refusal does not say the version failed before\n%s", n.tail())
+		}
+		if b, _ := os.ReadFile(exe); !bytes.Equal(b, bins["1.1.0"]) || isClosed(n.exited) {
+			t.Fatal("the crashing version was installed again")
 		}
 	})
 }
