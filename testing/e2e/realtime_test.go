@@ -287,6 +287,12 @@ func TestWebSocketGarbageFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitLog("websocket unavailable; heartbeating over HTTP", 30*time.Second)
+	// The server forgets the dropped socket a moment after the agent let
+	// go of it; the reconnect comes a backoff (half a second or more) later.
+	// Without this wait the old socket would pass for the new one.
+	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, false); err != nil {
+		t.Fatalf("the server still holds the socket the agent dropped: %v", err)
+	}
 	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, true); err != nil {
 		t.Fatalf("no reconnect after an oversized frame: %v", err)
 	}
