@@ -258,39 +258,26 @@ func TestOldDataDirRepairedOnStart(t *testing.T) {
 // nothing of root's.
 func TestServiceUserServes(t *testing.T) {
 	needRealRoot(t)
-	const uid = 65534 // nobody: every Linux has it
 	cp := controlPlane(t)
 	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	dir := nstest.TraversableTempDir(t)
-	dataDir := filepath.Join(dir, "svc-data")
-	if err := os.Mkdir(dataDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	n := newNode(t, cp, map[string]any{"data_dir": dataDir})
-	for _, p := range []string{dataDir, n.config} {
-		if err := os.Chown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	secret := filepath.Join(dir, "root-only")
+	n := serviceUserNode(t, cp)
+	secret := filepath.Join(filepath.Dir(n.dataDir), "root-only")
 	if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	setpriv := []string{"setpriv", "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid), "--clear-groups",
-		"--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"}
-	n.wrap = setpriv
+	setpriv := n.wrap
 	n.start()
 	waitApplyLog(t, cp, ref.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v1")
 
 	agentUID, agentCaps := procIDs(t, n.cmd.Process.Pid)
-	if agentUID != uid || agentCaps != "0000000000000400" {
-		t.Fatalf("agent runs as uid %d with CapEff %s; want %d with cap_net_bind_service only", agentUID, agentCaps, uid)
+	if agentUID != serviceUID || agentCaps != "0000000000000400" {
+		t.Fatalf("agent runs as uid %d with CapEff %s; want %d with cap_net_bind_service only", agentUID, agentCaps, serviceUID)
 	}
 	master := n.nginxPID()
 	for _, pid := range append([]int{master}, nginx.WorkerPIDs(master)...) {
-		if u, _ := procIDs(t, pid); u != uid {
-			t.Fatalf("nginx process %d runs as uid %d, want %d", pid, u, uid)
+		if u, _ := procIDs(t, pid); u != serviceUID {
+			t.Fatalf("nginx process %d runs as uid %d, want %d", pid, u, serviceUID)
 		}
 	}
 	if !strings.Contains(testsupport.ReadFile(t, n.data("etc", "nginx", "nginx.conf")), "# user directive dropped by openflare-agent: not running as root") {
@@ -300,4 +287,27 @@ func TestServiceUserServes(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("the agent's credentials read a root-only file: %v %q", err, out)
 	}
+}
+
+// serviceUID is the service user of the service-user tests: nobody, which
+// every Linux has.
+const serviceUID = 65534
+
+// serviceUserNode is a node whose agent runs as serviceUID with
+// CAP_NET_BIND_SERVICE only, owning its data dir and agent.json.
+func serviceUserNode(t *testing.T, cp *controlplane.Server) *node {
+	t.Helper()
+	dataDir := filepath.Join(nstest.TraversableTempDir(t), "svc-data")
+	if err := os.Mkdir(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t, cp, map[string]any{"data_dir": dataDir})
+	for _, p := range []string{dataDir, n.config} {
+		if err := os.Chown(p, serviceUID, serviceUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.wrap = []string{"setpriv", "--reuid=" + strconv.Itoa(serviceUID), "--regid=" + strconv.Itoa(serviceUID), "--clear-groups",
+		"--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"}
+	return n
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/openflare/openflare-agent/agent/protocol"
 	"github.com/openflare/openflare-agent/testing/controlplane"
 	"github.com/openflare/openflare-agent/testing/geodb"
+	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // geoGroup blocks the countries listed with 451 "geo blocked".
@@ -52,6 +52,18 @@ func waitGeoStatus(t *testing.T, want int, what string) {
 	}
 }
 
+// cityDB is a City database that puts geoClient's network in country.
+func cityDB(t *testing.T, country string, epoch int64) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), country+".mmdb")
+	err := geodb.Write(path, geodb.Options{Type: "GeoLite2-City", Epoch: epoch},
+		[]geodb.Network{{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Country: country, Subdivision: "CA"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(testsupport.ReadFile(t, path))
+}
+
 // geo_match through the whole agent: the City database comes from the
 // download URL (a loopback server here), is compiled into the geo
 // snapshot, and a newer database replaces it without a reload; a rule new
@@ -60,21 +72,7 @@ func TestGeoMatchThroughAgent(t *testing.T) {
 	if why := geodb.Available(); why != "" {
 		t.Skip(why)
 	}
-	dir := t.TempDir()
-	db := func(country string, epoch int64) []byte {
-		path := filepath.Join(dir, country+".mmdb")
-		err := geodb.Write(path, geodb.Options{Type: "GeoLite2-City", Epoch: epoch},
-			[]geodb.Network{{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Country: country, Subdivision: "CA"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	us, de := db("US", 1_700_000_000), db("DE", 1_700_100_000)
+	us, de := cityDB(t, "US", 1_700_000_000), cityDB(t, "DE", 1_700_100_000)
 	var current atomic.Pointer[[]byte]
 	current.Store(&us)
 	var downloads atomic.Int64
@@ -130,5 +128,34 @@ func TestGeoMatchThroughAgent(t *testing.T) {
 	waitApplyLog(t, cp, v2.Version, protocol.ResultSuccess)
 	if got := geoStatus(t); got != 451 {
 		t.Errorf("first request after the apply of a DE rule: %d, want 451", got)
+	}
+}
+
+// geo_match with the agent as a service user (CAP_NET_BIND_SERVICE only):
+// the database it downloads lands in its own data dir, and the snapshot it
+// compiles is read by workers of that same user.
+func TestGeoMatchAsServiceUser(t *testing.T) {
+	needRealRoot(t)
+	if why := geodb.Available(); why != "" {
+		t.Skip(why)
+	}
+	us := cityDB(t, "US", 1_700_000_000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(us) }))
+	t.Cleanup(srv.Close)
+	cp := controlPlane(t)
+	v1 := publish(t, cp, controlplane.Source{
+		Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))},
+		WAF:    &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{controlplane.DefaultRuleGroup(), geoGroup(`["US"]`)}},
+	})
+	n := serviceUserNode(t, cp)
+	n.start("OPENFLARE_CITY_MMDB_DOWNLOAD_URL=" + srv.URL + "/GeoLite2-City.mmdb")
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	waitServes(t, "app.test", "/", "origin-ok v1")
+	waitGeoStatus(t, 451, "the City database the service user downloaded says US")
+	if r := request("GET", "http", "app.test", "/", "127.0.0.16"); r.status != 200 {
+		t.Errorf("a client outside the database: %d %q %v", r.status, r.body, r.err)
+	}
+	if u, _ := procIDs(t, n.cmd.Process.Pid); u != serviceUID {
+		t.Fatalf("agent runs as uid %d, want %d", u, serviceUID)
 	}
 }
