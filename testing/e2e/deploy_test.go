@@ -260,7 +260,7 @@ func TestServiceUserServes(t *testing.T) {
 	needRealRoot(t)
 	cp := controlPlane(t)
 	ref := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}})
-	n := serviceUserNode(t, cp)
+	n := serviceUserNode(t, cp, nil)
 	secret := filepath.Join(filepath.Dir(n.dataDir), "root-only")
 	if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
 		t.Fatal(err)
@@ -294,14 +294,19 @@ func TestServiceUserServes(t *testing.T) {
 const serviceUID = 65534
 
 // serviceUserNode is a node whose agent runs as serviceUID with
-// CAP_NET_BIND_SERVICE only, owning its data dir and agent.json.
-func serviceUserNode(t *testing.T, cp *controlplane.Server) *node {
+// CAP_NET_BIND_SERVICE only, owning its data dir and agent.json (conf as
+// newNode's).
+func serviceUserNode(t *testing.T, cp *controlplane.Server, conf map[string]any) *node {
 	t.Helper()
 	dataDir := filepath.Join(nstest.TraversableTempDir(t), "svc-data")
 	if err := os.Mkdir(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	n := newNode(t, cp, map[string]any{"data_dir": dataDir})
+	c := map[string]any{"data_dir": dataDir}
+	for k, v := range conf {
+		c[k] = v
+	}
+	n := newNode(t, cp, c)
 	for _, p := range []string{dataDir, n.config} {
 		if err := os.Chown(p, serviceUID, serviceUID); err != nil {
 			t.Fatal(err)

@@ -147,7 +147,7 @@ func TestGeoMatchAsServiceUser(t *testing.T) {
 		Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))},
 		WAF:    &controlplane.WAF{RuleGroups: []controlplane.RuleGroup{controlplane.DefaultRuleGroup(), geoGroup(`["US"]`)}},
 	})
-	n := serviceUserNode(t, cp)
+	n := serviceUserNode(t, cp, nil)
 	n.start("OPENFLARE_CITY_MMDB_DOWNLOAD_URL=" + srv.URL + "/GeoLite2-City.mmdb")
 	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v1")

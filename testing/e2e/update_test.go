@@ -265,3 +265,49 @@ func isClosed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// Self-update with the agent as a service user (CAP_NET_BIND_SERVICE
+// only, the binary in a directory it owns): the new binary is swapped in
+// and re-executed keeping the user and the capability (an ambient one,
+// as systemd's AmbientCapabilities gives), and applies the next version.
+func TestUpdateAsServiceUser(t *testing.T) {
+	needRealRoot(t)
+	bins := versionedAgents(t)
+	cp := controlPlane(t)
+	rs := releaseserver.Start("openflare/openflare-agent")
+	t.Cleanup(rs.Close)
+	src := controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v1"))}}
+	v1 := publish(t, cp, src)
+	n := serviceUserNode(t, cp, map[string]any{"update_api_url": rs.URL()})
+	exe := filepath.Join(n.dir, "bin", "openflare-agent")
+	if err := os.Mkdir(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, bins["1.0.0"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(exe), exe} {
+		if err := os.Chown(p, serviceUID, serviceUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.bin = exe
+	n.start()
+	waitApplyLog(t, cp, v1.Version, protocol.ResultSuccess)
+	nodeID := waitBeat(t, cp, time.Time{}, "1.0.0", "").NodeID
+
+	rs.Set(releaseserver.Release{Tag: "v1.1.0", Binary: bins["1.1.0"]})
+	at := time.Now()
+	cp.UpdateSettings(nodeID, func(s *protocol.AgentSettings) { s.UpdateNow = true })
+	waitBeat(t, cp, at, "1.1.0", "")
+	if b, _ := os.ReadFile(exe); !bytes.Equal(b, bins["1.1.0"]) {
+		t.Fatal("the new binary is not in place")
+	}
+	if uid, caps := procIDs(t, n.cmd.Process.Pid); uid != serviceUID || caps != "0000000000000400" {
+		t.Fatalf("after the update the agent runs as uid %d with CapEff %s; want %d with cap_net_bind_service only", uid, caps, serviceUID)
+	}
+	src.Routes[0] = proxyRoute(1, "app.test", origin(t, "v2"))
+	v2 := publish(t, cp, src)
+	waitApplyLog(t, cp, v2.Version, protocol.ResultSuccess)
+	waitServes(t, "app.test", "/", "origin-ok v2")
+}
