@@ -263,9 +263,7 @@ func TestFailMatrix(t *testing.T) {
 
 		good, _ := r.writeGroups(map[string]obj{"3": ipGroup(3, true, []string{"127.0.0.0/24"})})
 		// Every worker: "previous" is per worker.
-		testsupport.WaitFor(t, snapshotPickup, "every worker to adopt the valid snapshot", func() bool {
-			return r.countLines("adopted IP group snapshot "+good) >= len(r.nginx.WorkerPIDs())
-		})
+		r.waitAdopted("adopted IP group snapshot "+good, len(r.nginx.WorkerPIDs()))
 		// A corrupt successor keeps the previous snapshot in force.
 		_, bad, compiled := encodeGroups(t, map[string]obj{"3": ipGroup(3, false, []string{})})
 		r.writeAtomic(ipgroups.CompiledName, compiled[:len(compiled)/2])

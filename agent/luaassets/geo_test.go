@@ -11,7 +11,6 @@ import (
 
 	"github.com/openflare/openflare-agent/agent/geosnap"
 	"github.com/openflare/openflare-agent/testing/geodb"
-	"github.com/openflare/openflare-agent/testing/testsupport"
 )
 
 // Client addresses of the geo tests (all local in the test namespace) and
@@ -128,10 +127,7 @@ func (g *geoRig) build() {
 	if _, err := os.Stat(filepath.Join(g.runtimeDir, geosnap.Name)); !changed || err != nil {
 		return
 	}
-	workers := len(g.nginx.WorkerPIDs())
-	testsupport.WaitFor(g.t, snapshotPickup, "every worker to adopt the new geo snapshot", func() bool {
-		return g.countLines(adopted) >= before+workers
-	})
+	g.waitAdopted(adopted, before+len(g.nginx.WorkerPIDs()))
 }
 
 // statuses returns, for each client, the status of deny-us, allow-de,

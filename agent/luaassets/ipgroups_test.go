@@ -93,9 +93,7 @@ func TestIPGroupSnapshots(t *testing.T) {
 	// adopted waits until every worker has logged the adoption of checksum.
 	adopted := func(checksum string) {
 		t.Helper()
-		testsupport.WaitFor(t, snapshotPickup, "every worker to adopt snapshot "+checksum, func() bool {
-			return r.countLines("adopted IP group snapshot "+checksum) >= len(workers)
-		})
+		r.waitAdopted("adopted IP group snapshot "+checksum, len(workers))
 	}
 
 	t.Run("case15 no snapshot on disk", func(t *testing.T) {
@@ -261,10 +259,7 @@ func probeGroups(t *testing.T, groups map[string]obj, cases []groupCase) []group
     }
 `)
 	label, _ := r.writeGroups(groups)
-	workers := len(r.nginx.WorkerPIDs())
-	testsupport.WaitFor(t, snapshotPickup, "every worker to adopt the snapshot", func() bool {
-		return r.countLines("adopted IP group snapshot "+label) >= workers
-	})
+	r.waitAdopted("adopted IP group snapshot "+label, len(r.nginx.WorkerPIDs()))
 	if n := r.countLines("adopted IP group snapshot " + label + " ("); n > 0 && r.countLines(", mapped)") == 0 {
 		t.Error("the snapshot was not mapped on this 64-bit Linux host")
 	}

@@ -341,3 +341,13 @@ func binding(site string, ids ...int) obj {
 func (r *rig) countLines(s string) int {
 	return strings.Count(r.nginx.ErrorLog(), s)
 }
+
+// waitAdopted waits until the error log holds n lines containing adopted:
+// each worker adopts a snapshot on its own tick and logs it, and a request
+// is answered by whichever worker accepts it.
+func (r *rig) waitAdopted(adopted string, n int) {
+	r.t.Helper()
+	testsupport.WaitFor(r.t, snapshotPickup, fmt.Sprintf("%d workers' %q", n, adopted), func() bool {
+		return r.countLines(adopted) >= n
+	})
+}

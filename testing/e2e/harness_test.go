@@ -438,6 +438,23 @@ func readFileOr(p string) string {
 	return string(b)
 }
 
+// waitEveryWorker waits until every worker of master answers a request
+// from client to host with status: each worker adopts a snapshot on its own
+// tick, and fresh connections spread over the workers, so a run of four a
+// worker all answering so means every one does.
+func waitEveryWorker(t *testing.T, timeout time.Duration, master int, host, client string, status int) {
+	t.Helper()
+	run := 4 * len(workerPIDs(master))
+	testsupport.WaitFor(t, timeout, fmt.Sprintf("every worker to answer %s from %s with %d", host, client, status), func() bool {
+		for range run {
+			if request("GET", "http", host, "/", client).status != status {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func workerPIDs(master int) []int {
 	pids := nginx.WorkerPIDs(master)
 	slices.Sort(pids)

@@ -103,16 +103,7 @@ func TestIPGroupOneMillionEntries(t *testing.T) {
 		return request("GET", "http", "big.test", "/", members).status == 403
 	})
 	firstBlock := time.Since(pushed)
-	// Fresh connections spread over the workers: every worker has adopted
-	// once a run of them all says 403.
-	testsupport.WaitFor(t, 10*time.Second, "every worker to block "+members, func() bool {
-		for range 4 * len(workers) {
-			if request("GET", "http", "big.test", "/", members).status != 403 {
-				return false
-			}
-		}
-		return true
-	})
+	waitEveryWorker(t, 10*time.Second, master, "big.test", members, 403)
 	t.Logf("1 000 000-entry group: pushed → landed %v, → first 403 %v, → every worker %v",
 		landed.Round(time.Millisecond), firstBlock.Round(time.Millisecond), time.Since(pushed).Round(time.Millisecond))
 

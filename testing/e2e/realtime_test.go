@@ -116,15 +116,7 @@ func TestWebSocketFallbackAndBackoff(t *testing.T) {
 	if d > pushBound {
 		t.Fatalf("first HTTP beat %v after the drop; want at once, not at the 30 s heartbeat", d)
 	}
-	// The server lets go of the dropped socket in its own goroutine, and
-	// the agent's HTTP beat can come first: until then the dropped socket
-	// would pass for the reconnected one.
-	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, false); err != nil {
-		t.Fatalf("the server never let go of the dropped socket: %v", err)
-	}
-	if err := cp.WaitWS(ctxFor(t, 90*time.Second), nodeID, true); err != nil {
-		t.Fatalf("no reconnect: %v", err)
-	}
+	waitReconnect(t, cp, nodeID, 90*time.Second)
 	retryRe := regexp.MustCompile(`msg="websocket unavailable; heartbeating over HTTP".* retry_in=(\S+)`)
 	var delays []time.Duration
 	for _, m := range retryRe.FindAllStringSubmatch(n.logs.String(), -1) {
@@ -287,13 +279,20 @@ func TestWebSocketGarbageFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitLog("websocket unavailable; heartbeating over HTTP", 30*time.Second)
-	// The server forgets the dropped socket a moment after the agent let
-	// go of it; the reconnect comes a backoff (half a second or more) later.
-	// Without this wait the old socket would pass for the new one.
+	waitReconnect(t, cp, nodeID, 30*time.Second)
+}
+
+// waitReconnect waits for the node's WebSocket to come back after a drop.
+// The server lets go of a dropped socket in its own goroutine, after the
+// agent's HTTP beat perhaps, and the reconnect comes a backoff (half a
+// second or more) later: waiting for the socket to be gone first keeps the
+// dropped one from passing for the new one.
+func waitReconnect(t *testing.T, cp *controlplane.Server, nodeID string, within time.Duration) {
+	t.Helper()
 	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, false); err != nil {
-		t.Fatalf("the server still holds the socket the agent dropped: %v", err)
+		t.Fatalf("the server never let go of the dropped socket: %v", err)
 	}
-	if err := cp.WaitWS(ctxFor(t, 30*time.Second), nodeID, true); err != nil {
-		t.Fatalf("no reconnect after an oversized frame: %v", err)
+	if err := cp.WaitWS(ctxFor(t, within), nodeID, true); err != nil {
+		t.Fatalf("no reconnect: %v", err)
 	}
 }
