@@ -169,10 +169,15 @@ type database struct {
 	name, path string
 }
 
+// compileVersion is part of every label: raise it when Compile makes
+// another file from the same codes and databases, so that an upgraded
+// agent does not take an old file for up to date.
+const compileVersion = 1
+
 // labelOf names the codes and the database files (by their stamps).
 func labelOf(codes Codes, dbs []database) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "geosnap 1\n%s\n", codes)
+	fmt.Fprintf(h, "geosnap %d\n%s\n", compileVersion, codes)
 	for _, db := range dbs {
 		fmt.Fprintf(h, "%s %s %s\n", db.name, db.path, stamp(db.path))
 	}
