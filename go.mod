@@ -1,4 +1,4 @@
-module github.com/openflare/openflare-agent
+module openflare
 
 go 1.26.0
 

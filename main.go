@@ -1,3 +1,10 @@
+// GOMAXPROCS follows the CPUs and the cgroup's limit found at start, and is
+// not looked up again: the runtime's monitor thread would otherwise redo
+// the lookup every second it is awake, most of the agent's syscalls at rest
+// after its own, and a router's CPUs do not change under a running agent.
+//
+//go:debug updatemaxprocs=0
+
 // Command openflare-agent keeps a local OpenResty/nginx in step with an
 // OpenFlare control plane. This file only parses flags and wires packages;
 // the run loop lives in package agent.
@@ -6,7 +13,6 @@ package main
 import (
 	"context"
 	_ "embed"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,11 +23,12 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/openflare/openflare-agent/agent"
-	"github.com/openflare/openflare-agent/agent/command"
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/agent/updater"
+	"openflare/agent"
+	"openflare/agent/command"
+	"openflare/agent/config"
+	"openflare/agent/testhook"
+	"openflare/agent/updater"
+	"openflare/internal/cliflag"
 )
 
 // Stamped at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -31,7 +38,7 @@ var (
 )
 
 //go:embed fallback.conf
-var fallbackConf string
+var fallbackConf []byte
 
 const usage = `usage:
   openflare-agent [-config agent.json]            run the agent
@@ -39,6 +46,10 @@ const usage = `usage:
   openflare-agent [-config agent.json] status     show the node's state from local files (works offline)
   openflare-agent render -snapshot active.json -out DIR
                                                   render an E4 reply to files, without touching nginx
+  openflare-agent [-config agent.json] join <server_url> [<discovery_token>]
+                                                  write them into agent.json (default /etc/openflare/agent.json)
+                                                  and restart the service; the token may come from
+                                                  OPENFLARE_DISCOVERY_TOKEN instead
   openflare-agent -version                        print the version
 `
 
@@ -57,11 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return updater.Start(exe, version, log)
 	}
-	fs := flag.NewFlagSet("openflare-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliflag.New("openflare-agent", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	configPath := fs.String("config", "./agent.json", "path of agent.json")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	showVersion := fs.Bool("version", "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if daemonArgs(args) {
 			// A flag the unit passes and this version rejects.
@@ -87,6 +97,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return command.Render(rest, stdout, stderr)
 	case "status":
 		return command.Status(*configPath, rest, stdout, stderr)
+	case "join":
+		// Not ./agent.json: the file the installed service reads.
+		path := command.JoinConfigPath
+		if fs.Given("config") {
+			path = *configPath
+		}
+		return command.Join(path, rest, os.Getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
 		return command.ExitUsage
@@ -112,7 +129,7 @@ func newLogger(w io.Writer) *slog.Logger {
 func daemonArgs(args []string) bool {
 	for _, a := range args {
 		switch name := strings.TrimLeft(a, "-"); {
-		case a == "check" || a == "status" || a == "render":
+		case a == "check" || a == "status" || a == "render" || a == "join":
 			return false
 		case name != a && (name == "version" || strings.HasPrefix(name, "version=")):
 			return false
@@ -152,7 +169,7 @@ func runAgent(configPath string, start func(*slog.Logger) *updater.Updater) int 
 		debug.SetGCPercent(50)
 	}
 	log.Info("openflare-agent starting", "version", version, "config", configPath, "server", cfg.ServerURL)
-	a, err := agent.New(ctx, agent.Options{Config: cfg, Version: version, Fallback: fallbackConf, Log: log, Update: up})
+	a, err := agent.New(ctx, agent.Options{Config: cfg, Version: version, Fallback: string(fallbackConf), Log: log, Update: up})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		if ctx.Err() == nil {

@@ -9,25 +9,26 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
-	"github.com/openflare/openflare-agent/agent/apply"
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/controlplane"
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/nodeip"
-	"github.com/openflare/openflare-agent/agent/observability"
-	"github.com/openflare/openflare-agent/agent/pages"
-	"github.com/openflare/openflare-agent/agent/policy"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/agent/updater"
-	"github.com/openflare/openflare-agent/agent/wsclient"
+	"openflare/agent/apply"
+	"openflare/agent/config"
+	"openflare/agent/controlplane"
+	"openflare/agent/ipgroups"
+	"openflare/agent/landing"
+	"openflare/agent/logrotate"
+	"openflare/agent/nginx"
+	"openflare/agent/nodeip"
+	"openflare/agent/observability"
+	"openflare/agent/pages"
+	"openflare/agent/policy"
+	"openflare/agent/state"
+	"openflare/agent/testhook"
+	"openflare/agent/updater"
+	"openflare/agent/wsclient"
+	"openflare/internal/mailbox"
 )
 
 // Options wire an agent.
@@ -59,7 +60,7 @@ type Agent struct {
 	// statusNow asks for a beat before the interval is up: after IP groups
 	// landed, so the server learns the new checksums at once and does not
 	// send the same groups again.
-	statusNow chan struct{}
+	statusNow mailbox.Wake
 	interval  atomic.Int64 // time.Duration: the server's heartbeat_interval once known
 	wsAllowed atomic.Bool  // the server's websocket_upgrade_enabled
 	// moreLogs: the last beat left access-log lines waiting (the per-beat
@@ -74,19 +75,23 @@ type Agent struct {
 	geoip *geoipDBs
 	// update replaces the agent's binary (updateloop.go); nil when off.
 	update *selfUpdate
+	// logs rotates nginx's logs (logloop.go).
+	logs *logrotate.Rotator
 }
 
 // New opens local state and probes nginx; it does not talk to the server.
 func New(ctx context.Context, o Options) (*Agent, error) {
 	cfg := o.Config
+	files := cfg.Layout()
 	update := newSelfUpdate(cfg, o.Update, o.Log)
-	store, err := state.Open(cfg.StatePath, o.Log)
+	store, err := state.Open(files.State, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	if store.Get().NodeID == "" {
 		// A placeholder until registration returns the server's id, as
-		// upstream does; the server ignores the node_id we send anyway.
+		// the reference agent does; the server ignores the node_id we
+		// send anyway.
 		b := make([]byte, 8)
 		rand.Read(b)
 		if err := store.Update(func(s *state.State) { s.NodeID = "node-" + hex.EncodeToString(b) }); err != nil {
@@ -105,8 +110,8 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		cp:        controlplane.New(cfg.ServerURL, token, o.Version, cfg.RequestTimeout),
 		ip:        nodeip.New(),
 		work:      newWorkQueue(),
-		statusNow: make(chan struct{}, 1),
-		pagesWork: pagesWork{wake: make(chan struct{}, 1)},
+		statusNow: mailbox.NewWake(),
+		pagesWork: pagesWork{box: mailbox.New()},
 		update:    update,
 	}
 	// What one reply may cost follows the memory limit in force
@@ -114,18 +119,18 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 	a.cp.Budgets = controlplane.BudgetsFor(debug.SetMemoryLimit(-1))
 	a.interval.Store(int64(cfg.HeartbeatInterval))
 	paths := landing.FromConfig(cfg)
-	stateDir := filepath.Dir(cfg.StatePath)
-	a.pages = &pages.Syncer{Dir: cfg.PagesDir, CP: a.cp, Log: o.Log}
-	a.geoip = newGeoIP(cfg, o.Log, a.beatSoon)
-	if a.ipg, err = ipgroups.Open(cfg.RuntimeConfigDir, o.Log); err != nil {
+	a.pages = &pages.Syncer{Dir: files.PagesDir, CP: a.cp, Log: o.Log}
+	a.geoip = newGeoIP(cfg, o.Log)
+	a.geoip.published = a.publishSnapshots
+	if a.ipg, err = ipgroups.Open(files.RuntimeConfigDir, o.Log); err != nil {
 		return nil, err
 	}
 	a.obs, err = observability.New(observability.Options{
-		AccessLogPath:     cfg.AccessLogPath,
-		StateFile:         filepath.Join(stateDir, "observability-state.json"),
-		BufferPath:        cfg.ObservabilityBufferPath,
-		DataDir:           cfg.DataDir,
-		MainConfigPath:    cfg.MainConfigPath,
+		AccessLogPath:     files.AccessLog,
+		StateFile:         files.ObservabilityState,
+		BufferPath:        files.ObservabilityBuffer,
+		DataDir:           files.DataDir,
+		MainConfigPath:    files.Main,
 		ObservabilityPort: cfg.ObservabilityPort,
 		ReplayMinutes:     cfg.ObservabilityReplayMinutes,
 		Log:               o.Log,
@@ -136,25 +141,30 @@ func New(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 	// Releases before one-parse applies validated a staged copy here.
-	os.RemoveAll(filepath.Join(stateDir, "apply-staging"))
+	os.RemoveAll(files.ApplyStaging)
 	a.engine = &apply.Engine{
 		CP:        a.cp,
 		Store:     store,
 		Paths:     paths,
-		Tree:      landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: stateDir},
-		Policy:    policy.Policy{Trusted: cfg.TemplatePolicy == "trusted", Allowed: cfg.AllowedPaths},
+		Tree:      landing.Tree{Paths: paths, DataDir: files.DataDir, StateDir: files.StateDir},
+		Policy:    policy.Policy{Trusted: cfg.TemplatePolicy == "trusted", Allowed: cfg.AllowedPaths, AllowLinkLocalOrigins: cfg.AllowLinkLocalOrigins, Blind: testhook.PolicyBlind()},
 		Fallback:  o.Fallback,
-		BackupDir: filepath.Join(stateDir, "apply-backup"),
+		BackupDir: files.ApplyBackup,
+		ParseDir:  files.PolicyProbe,
+		StageDir:  files.SupportStage,
+		Resolve:   nginx.ResolveHost,
 		Log:       o.Log,
-		IPGroups:  a.reconcileIPGroups,
-		Landed:    a.geoip.landed,
-		Reported:  a.beatSoon,
-		Pages:     a.setPages,
+
+		OnIPGroupsReferenced: a.reconcileIPGroups,
+		OnLanded:             a.geoip.landed,
+		OnReported:           a.beatSoon,
+		OnPagesReferenced:    a.setPages,
 	}
 	a.engine.Nginx = nginxFor(ctx, cfg, paths, o.Log)
 	if node, ok := a.engine.Nginx.(nginx.Node); ok {
 		a.extVersion = node.Ctl.Caps.Version
 	}
+	a.logs = newLogRotation(cfg, paths, a.engine.Nginx, a.obs, o.Log)
 	return a, nil
 }
 
@@ -181,7 +191,7 @@ func nginxFor(ctx context.Context, cfg *config.Config, paths landing.Paths, log 
 
 // nginxFiles are the paths of the node's layout that nginx control needs.
 func nginxFiles(p landing.Paths) nginx.Files {
-	return nginx.Files{MainConfig: p.Main, PIDFile: p.PID, ErrorLog: p.ErrorLog, ProbeURL: p.ProbeURL()}
+	return nginx.Files{MainConfig: p.Main, PIDFile: p.PID, ErrorLog: p.ErrorLog}
 }
 
 // Run starts nginx from the last landed config, registers when needed, and
@@ -191,18 +201,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.engine.Boot(ctx); err != nil {
 		a.log.Error("start from the landed config", "err", err)
 	}
-	if a.cfg.AgentToken == "" {
-		if err := a.register(ctx); err != nil {
-			return err
-		}
-	}
+	s := a.newSession()
+	s.register(ctx)
 	a.restorePages()
 	var loops sync.WaitGroup
 	loops.Go(func() { a.applyLoop(ctx) })
 	loops.Go(func() { a.pagesLoop(ctx) })
 	loops.Go(func() { a.geoip.loop(ctx) })
 	loops.Go(func() { a.update.loop(ctx) })
-	a.channels(ctx)
+	loops.Go(func() { a.logLoop(ctx) })
+	s.run(ctx)
 	loops.Wait()
 	a.cp.CloseIdle()
 	a.obs.Close()

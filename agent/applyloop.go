@@ -2,13 +2,13 @@ package agent
 
 import (
 	"context"
-	"runtime/debug"
-	"runtime/metrics"
-	"sync"
+	"math/rand/v2"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/apply"
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/apply"
+	"openflare/agent/backoff"
+	"openflare/agent/protocol"
+	"openflare/internal/mailbox"
 )
 
 // work is what the apply goroutine has been asked to do. Applies take
@@ -23,45 +23,37 @@ type work struct {
 	restart   bool // restart_openresty_now
 	ensure    bool // nginx found down: start it from the landed config
 	reconcile bool // retry an IP-group reconcile that failed
+	pushed    bool // the target came in a WebSocket push: see pushSpread
 }
 
-// workQueue holds the queued work; wake says there is some.
+// workQueue holds the queued work, guarded by its box.
 type workQueue struct {
-	mu   sync.Mutex
-	w    work
-	wake chan struct{}
+	box *mailbox.Box
+	w   work
 }
 
-func newWorkQueue() workQueue { return workQueue{wake: make(chan struct{}, 1)} }
+func newWorkQueue() workQueue { return workQueue{box: mailbox.New()} }
 
 // add merges a request into the queued work and wakes the loop.
-func (q *workQueue) add(f func(*work)) {
-	q.mu.Lock()
-	f(&q.w)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
+func (q *workQueue) add(f func(*work)) { q.box.Post(func() { f(&q.w) }) }
 
 // take empties the queue.
-func (q *workQueue) take() work {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	w := q.w
-	q.w = work{}
+func (q *workQueue) take() (w work) {
+	q.box.Do(func() { w, q.w = q.w, work{} })
 	return w
 }
 
-func (q *workQueue) apply(target *protocol.ConfigRef, mode apply.Mode) {
+func (q *workQueue) apply(target *protocol.ConfigRef, mode apply.Mode, pushed bool) {
 	q.add(func(w *work) {
 		w.apply, w.target = true, target
 		w.mode = max(w.mode, mode)
+		w.pushed = w.pushed || pushed
 	})
 }
 
-func (a *Agent) requestApply(target *protocol.ConfigRef, mode apply.Mode) { a.work.apply(target, mode) }
+func (a *Agent) requestApply(target *protocol.ConfigRef, mode apply.Mode, pushed bool) {
+	a.work.apply(target, mode, pushed)
+}
 
 func (a *Agent) requestRestart() { a.work.add(func(w *work) { w.restart = true }) }
 
@@ -77,44 +69,50 @@ const applyBudget = 10 * time.Minute
 // applyLoop runs queued work one round at a time until ctx ends; a round
 // under way when ctx ends is finished first.
 func (a *Agent) applyLoop(ctx context.Context) {
+	shed := time.NewTicker(shedEvery)
+	defer shed.Stop()
+	var pages shedder
+	first := true
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.work.wake:
+		case <-shed.C:
+			pages.tick()
+			continue
+		case <-a.work.box.Wake:
+		}
+		w := a.work.take()
+		var waited time.Duration
+		// The server answers every status with the version in force:
+		// only another one is a fetch to spread.
+		if w.pushed && !a.inForce(w.target) {
+			waited = rand.N(pushSpread)
+			if !backoff.Sleep(ctx, waited) {
+				return
+			}
 		}
 		before := allocated()
-		a.runWork(a.work.take(), ctx)
-		releaseMemory(before)
+		a.runWork(w, waited, ctx)
+		if first {
+			// The start-up apply: everything start-up ran is behind
+			// the agent now.
+			releaseAll()
+			first = false
+		} else {
+			releaseMemory(before)
+		}
 	}
 }
 
-// releaseMemory hands the heap a piece of work grew to back to the system
-// at once, when that work allocated much (an apply of a thousand routes, a
-// group of 100 000 entries: tens of MiB briefly). A node at rest needs a
-// few MiB, and the runtime's scavenger would take minutes to return the
-// rest: on a 128 MiB router that is memory nginx could use. Work that
-// allocated little (most beats queue a no-op apply check) leaves it alone:
-// a forced collection each time would be most of the agent's idle CPU.
-// since is allocated() before the work.
-func releaseMemory(since uint64) {
-	if allocated()-since > releaseAbove {
-		debug.FreeOSMemory()
-	}
+// inForce reports whether target is the version the node serves.
+func (a *Agent) inForce(target *protocol.ConfigRef) bool {
+	return target != nil && *target == a.store.Get().Current
 }
 
-// allocated is the bytes allocated on the heap since the process began.
-func allocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// releaseAbove is how much a piece of work must have allocated for its
-// memory to be handed back at once.
-const releaseAbove = 4 << 20
-
-func (a *Agent) runWork(w work, parent context.Context) {
+// runWork does w; waited is how long the loop held it back (pushSpread),
+// which the apply's "apply finished" line counts among its phases.
+func (a *Agent) runWork(w work, waited time.Duration, parent context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), applyBudget)
 	defer cancel()
 	if w.restart {
@@ -128,16 +126,12 @@ func (a *Agent) runWork(w work, parent context.Context) {
 		}
 	}
 	if w.apply {
-		a.engine.Apply(ctx, w.target, w.mode)
+		a.engine.Apply(apply.AfterWait(ctx, waited), w.target, w.mode)
 		a.geoip.settle()
 	}
 	if w.reconcile {
-		res, ok, err := a.ipg.Retry(ctx, a.cp.SyncIPGroups)
-		if ok {
-			a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
-			if len(res.Landed) > 0 || len(res.Dropped) > 0 {
-				a.beatSoon()
-			}
+		if res, ok, err := a.ipg.Retry(ctx, a.cp.SyncIPGroups); ok {
+			a.reconciled(res, err)
 		}
 	}
 }

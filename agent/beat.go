@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/agent/observability"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/ipgroups"
+	"openflare/agent/observability"
+	"openflare/agent/protocol"
+	"openflare/agent/state"
 )
 
 // beat is one status report on either channel: the payload, and the
@@ -30,13 +32,12 @@ func (a *Agent) newBeat(ctx context.Context) *beat {
 		// serves its landed config again without waiting for the server.
 		a.requestEnsure()
 	}
-	p := a.payload(ctx)
+	p := a.payload(ctx, r.Events...)
 	p.Profile = r.Profile
 	p.HostMetrics = r.HostMetrics
 	p.EdgeHealth = r.EdgeHealth
 	p.AccessLogs = r.AccessLogs
 	p.Buffered = r.Buffered
-	p.HealthEvents = append(p.HealthEvents, r.Events...)
 	return &beat{payload: p, report: r}
 }
 
@@ -82,37 +83,23 @@ func (a *Agent) beatDone(b *beat, channel string) {
 func (a *Agent) beatFailed(b *beat) { a.obs.Nack(b.report) }
 
 // payload is the NodePayload without observability: what a register call
-// sends, and the base of every beat.
-func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
+// sends, and the base of every beat; more are events of the beat's own.
+func (a *Agent) payload(ctx context.Context, more ...protocol.HealthEvent) *protocol.NodePayload {
 	st := a.store.Get()
 	ip := a.cfg.NodeIP
 	if ip == "" {
 		ip = a.ip.Detect(ctx)
 	}
-	status, msg := st.OpenRestyStatus, st.OpenRestyMessage
-	switch err := a.engine.Nginx.Usable(); {
-	case err != nil:
-		status, msg = protocol.StatusUnhealthy, err.Error()
-	case st.ProbeError != "":
-		// nginx answering stub_status is not a site serving: the self-probe
-		// failure outranks the health check until a probe passes.
-		status, msg = protocol.StatusUnhealthy, st.ProbeError
+	now := time.Now().Unix()
+	events := unenforced(st, a.engine.Nginx.Usable(), a.ipg.Failures(), a.geoip.unavailable(), now)
+	status, msg, lastError := st.OpenRestyStatus, st.OpenRestyMessage, ""
+	if len(events) > 0 {
+		status, msg = protocol.StatusUnhealthy, events[0].Message
+		lastError = protocol.Bound(msg, protocol.MaxText)
 	}
 	if status == "" {
 		status = protocol.StatusUnknown
 	}
-	now := time.Now().Unix()
-	events := []protocol.HealthEvent{}
-	if status == protocol.StatusUnhealthy {
-		events = append(events, protocol.HealthEvent{EventType: "openresty_unhealthy", Severity: "critical", Message: msg, TriggeredAtUnix: now})
-	}
-	if st.LastError != "" {
-		events = append(events, protocol.HealthEvent{EventType: "sync_error", Severity: "warning", Message: st.LastError, TriggeredAtUnix: now})
-	}
-	if st.PagesError != "" {
-		events = append(events, protocol.HealthEvent{EventType: "pages_sync_error", Severity: "warning", Message: st.PagesError, TriggeredAtUnix: now})
-	}
-	events = append(events, a.geoip.events(now)...)
 	events = append(events, a.update.events(now)...)
 	return &protocol.NodePayload{
 		SchemaVersion:       protocol.SchemaVersion,
@@ -122,55 +109,85 @@ func (a *Agent) payload(ctx context.Context) *protocol.NodePayload {
 		Version:             a.version,
 		ExtVersion:          a.extVersion,
 		CurrentVersion:      st.Current.Version,
-		LastError:           st.LastError,
+		LastError:           lastError,
 		OpenRestyStatus:     status,
-		OpenRestyMessage:    msg,
-		HealthEvents:        events,
+		OpenRestyMessage:    protocol.Bound(msg, protocol.MaxText),
+		HealthEvents:        oneEach(append(events, more...)),
 		WAFIPGroupChecksums: a.ipg.Checksums(),
 	}
 }
 
-// pushIPGroups lands groups pushed by a heartbeat reply or the WebSocket:
-// only groups already in the snapshot, each verified, no nginx reload.
-func (a *Agent) pushIPGroups(groups []protocol.WAFIPGroup) {
-	if len(groups) == 0 {
-		return
+// unenforced lists, worst first, what the server asked this node to
+// enforce and it does not (PROTOCOL 2.4), one health event each:
+//
+//  1. nginx does not serve as it should: no usable binary, a failed
+//     self-test, a failed restart_openresty_now, or a health check or
+//     apply that left it unhealthy;
+//  2. the server's version is not applied (a fetch, render or apply
+//     error);
+//  3. IP groups not held as the server has them;
+//  4. geo_match rules without the database they need;
+//  5. Pages projects not deployed.
+//
+// The first is the beat's last_error and openresty_message, and any makes
+// the node unhealthy: it never reports healthy while one is open. Each
+// clears only with its cause, so last_error then names the next.
+func unenforced(st state.State, usable error, groups []ipgroups.Rejection, geo string, now int64) []protocol.HealthEvent {
+	down := ""
+	switch {
+	case usable != nil:
+		down = usable.Error()
+	case st.SelfTestError != "":
+		// nginx answering stub_status is not a site serving: the
+		// self-test's failure outranks the health check.
+		down = st.SelfTestError
+	case st.RestartError != "":
+		down = st.RestartError
+	case st.OpenRestyStatus == protocol.StatusUnhealthy:
+		down = st.OpenRestyMessage
 	}
-	before := allocated()
-	res, err := a.ipg.Push(groups)
-	a.logIPGroups("pushed", res.Landed, res.Rejected, err)
-	if len(res.Landed) > 0 {
-		a.beatSoon()
-		releaseMemory(before)
+	notHeld := ""
+	for _, g := range groups {
+		notHeld += "; IP group " + strconv.FormatUint(g.ID, 10) + " not enforced: " + g.Reason
 	}
+	var out []protocol.HealthEvent
+	for _, p := range [...]struct{ typ, severity, msg string }{
+		{protocol.EventOpenRestyUnhealthy, protocol.SeverityCritical, down},
+		{protocol.EventSyncError, protocol.SeverityWarning, st.LastError},
+		{protocol.EventIPGroupSyncError, protocol.SeverityWarning, strings.TrimPrefix(notHeld, "; ")},
+		{protocol.EventGeoIPUnavailable, protocol.SeverityWarning, geo},
+		{protocol.EventPagesSyncError, protocol.SeverityWarning, st.PagesError},
+	} {
+		if p.msg != "" {
+			out = append(out, protocol.HealthEvent{EventType: p.typ, Severity: p.severity, Message: p.msg, TriggeredAtUnix: now})
+		}
+	}
+	return out
+}
+
+// oneEach merges events of one type into one, in the first's place, each
+// message bounded: the server keeps one active event per type, and of
+// several it would keep one message. The merged event has every message,
+// the worst severity and the first's metadata.
+func oneEach(events []protocol.HealthEvent) []protocol.HealthEvent {
+	out := []protocol.HealthEvent{}
+next:
+	for _, e := range events {
+		e.Message = protocol.Bound(e.Message, protocol.MaxText)
+		for i := range out {
+			if m := &out[i]; m.EventType == e.EventType {
+				m.Message = protocol.Bound(m.Message+"; "+e.Message, protocol.MaxText)
+				// The worse of the two: info < warning (or unknown) < critical.
+				if m.Severity != protocol.SeverityCritical && e.Severity != protocol.SeverityInfo {
+					m.Severity = e.Severity
+				}
+				continue next
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // beatSoon asks for the next beat now rather than at the interval.
-func (a *Agent) beatSoon() {
-	select {
-	case a.statusNow <- struct{}{}:
-	default:
-	}
-}
-
-// reconcileIPGroups replaces the snapshot with exactly the groups the new
-// version references (PROTOCOL 7.2), after a success or warning apply. A
-// failure is retried by the store's own schedule (beatDone).
-func (a *Agent) reconcileIPGroups(ctx context.Context, ids []uint64) {
-	res, err := a.ipg.Reconcile(ctx, ids, a.cp.SyncIPGroups)
-	a.logIPGroups("reconciled", res.Landed, res.Rejected, err)
-	if len(res.Landed) > 0 || len(res.Dropped) > 0 {
-		a.beatSoon()
-	}
-}
-
-func (a *Agent) logIPGroups(how string, landed []uint64, rejected []ipgroups.Rejection, err error) {
-	for _, r := range rejected {
-		a.log.Warn("IP group rejected", "id", r.ID, "reason", r.Reason)
-	}
-	if err != nil {
-		a.log.Error("IP groups "+how, "err", err)
-	} else if len(landed) > 0 {
-		a.log.Info("IP groups "+how, "landed", landed)
-	}
-}
+func (a *Agent) beatSoon() { a.statusNow.Notify() }

@@ -3,30 +3,32 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/geoip"
-	"github.com/openflare/openflare-agent/agent/geosnap"
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/config"
+	"openflare/agent/geoip"
+	"openflare/agent/geosnap"
+	"openflare/internal/mailbox"
 )
 
 // geoipDBs maintains the GeoLite2 databases the WAF's geo_match rules read
 // (mmdb_path from mmdb_download_url, city_mmdb_path from
-// city_mmdb_download_url), one geoip.Updater each, apart from applies and
+// city_mmdb_download_url), one geoip.Refresher each, apart from applies and
 // beats: a 70 MiB City download over a slow uplink must hold up neither.
 //
 // Both are kept current whenever their URL is set, whether or not a
-// geo_match node is active, as upstream does (PROTOCOL 11). The conditional
-// GET makes that one 304 a day per database; and the file must already be on
-// disk when a config version with the first geo_match rule lands, because
-// nginx workers read it directly and a rule whose database is still
-// downloading would fail open for minutes. A download URL of "off" in
-// agent.json turns a database's maintenance off (no download, no health
-// event).
+// geo_match node is active, as the reference agent does (PROTOCOL 11). The
+// conditional GET makes that one 304 a day per database; and the file must
+// already be on disk when a config version with the first geo_match rule
+// lands, because nginx workers read it directly and a rule whose database
+// is still downloading would fail open for minutes. A download URL of "off"
+// in agent.json turns a database's maintenance off (no download). Only the
+// snapshot decides the health event: a database that cannot be had is
+// reported while an active rule needs it, and never otherwise.
 //
 // The geo snapshot (agent/geosnap) the workers match geo_match rules
 // against is rebuilt here too: when a database was replaced, at start, and
@@ -34,29 +36,28 @@ import (
 // the previous rules' codes; this build drops codes no rule names any
 // more).
 type geoipDBs struct {
-	ups  []*geoip.Updater
+	ups  []*geoip.Refresher
 	snap *geosnap.Builder
 	// rebuild asks the loop for a snapshot build.
-	rebuild chan struct{}
+	rebuild mailbox.Wake
 	// landedCodes: an apply built the snapshot with its codes and the
 	// previous ones (landed), and has not finished; settle then asks for
 	// a build of the codes that stayed. Until then the loop's builds keep
 	// the previous codes too: the previous workers still serve.
 	landedCodes atomic.Bool
-	log         *slog.Logger
+	// published tells the running workers of a snapshot the loop built
+	// (Agent.publishSnapshots); nil in tests.
+	published func()
+	log       *slog.Logger
 }
 
-// newGeoIP builds the updaters from the config; changed is called after a
-// database was replaced and when a database's availability changes (the
-// beat hook, so the health event is raised or cleared at once).
-func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
+// newGeoIP builds the updaters from the config.
+func newGeoIP(cfg *config.Config, log *slog.Logger) *geoipDBs {
 	g := &geoipDBs{
 		snap:    &geosnap.Builder{Dir: cfg.RuntimeConfigDir, CityPath: cfg.CityMMDBPath, CountryPath: cfg.MMDBPath, Log: log},
-		rebuild: make(chan struct{}, 1),
+		rebuild: mailbox.NewWake(),
 		log:     log,
 	}
-	var mu sync.Mutex
-	last := map[string]bool{}
 	for _, db := range []struct{ name, path, url, typ string }{
 		{"country", cfg.MMDBPath, cfg.MMDBDownloadURL, "Country"},
 		{"city", cfg.CityMMDBPath, cfg.CityMMDBDownloadURL, "City"},
@@ -72,7 +73,7 @@ func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
 			log.Warn("geoip download URL is not http(s); database not maintained", "db", db.name, "url", db.url)
 			continue
 		}
-		g.ups = append(g.ups, &geoip.Updater{
+		g.ups = append(g.ups, &geoip.Refresher{
 			Name:     db.name,
 			Path:     db.path,
 			URL:      db.url,
@@ -81,18 +82,7 @@ func newGeoIP(cfg *config.Config, log *slog.Logger, changed func()) *geoipDBs {
 			Log:      log,
 			Changed: func(path string) {
 				log.Info("geoip database replaced", "db", db.name, "path", path)
-				g.rebuildSoon()
-			},
-			Report: func(s geoip.Status) {
-				mu.Lock()
-				was, seen := last[db.name]
-				last[db.name] = s.Present
-				mu.Unlock()
-				// A beat at once when a database goes missing or comes
-				// back (and at start only when it is missing).
-				if changed != nil && (seen && was != s.Present || !seen && !s.Present) {
-					changed()
-				}
+				g.rebuild.Notify()
 			},
 		})
 	}
@@ -106,7 +96,7 @@ func (g *geoipDBs) loop(ctx context.Context) {
 	for _, u := range g.ups {
 		wg.Go(func() { u.Run(ctx) })
 	}
-	g.rebuildSoon()
+	g.rebuild.Notify()
 	// A database the owner replaced by hand (maintenance "off") is seen
 	// within a minute while geo rules are active; the check is a stat of
 	// each file when nothing changed.
@@ -118,25 +108,17 @@ func (g *geoipDBs) loop(ctx context.Context) {
 			wg.Wait()
 			return
 		case <-g.rebuild:
-			g.build(g.landedCodes.Load())
+			g.rebuildAndPublish()
 		case <-poll.C:
 			if !g.snap.Status().Codes.Empty() {
-				g.build(g.landedCodes.Load())
+				g.rebuildAndPublish()
 			}
 		}
 	}
 }
 
-// rebuildSoon asks the loop for a snapshot build without waiting for it.
-func (g *geoipDBs) rebuildSoon() {
-	select {
-	case g.rebuild <- struct{}{}:
-	default:
-	}
-}
-
 // landed builds the snapshot for a version whose WAF config just landed,
-// before nginx reloads (apply.Engine.Landed): a geo rule new in this
+// before nginx reloads (apply.Engine.OnLanded): a geo rule new in this
 // version matches from the first request. A failure is logged, not
 // fatal: the rule takes its false edge until the next build.
 func (g *geoipDBs) landed(context.Context) {
@@ -149,54 +131,75 @@ func (g *geoipDBs) landed(context.Context) {
 // previous one after a rollback).
 func (g *geoipDBs) settle() {
 	if g != nil && g.landedCodes.Swap(false) {
-		g.rebuildSoon()
+		g.rebuild.Notify()
 	}
 }
 
-func (g *geoipDBs) build(keep bool) {
+// build reports whether the snapshot file changed.
+func (g *geoipDBs) build(keep bool) bool {
 	before := allocated()
-	if _, err := g.snap.Build(keep); err != nil {
+	changed, err := g.snap.Build(keep)
+	if err != nil {
 		g.log.Error("geo snapshot not built; geo_match rules keep the previous snapshot", "err", err)
 	}
 	// A walk of a full database allocates its range lists once.
 	releaseMemory(before)
+	return changed && err == nil
 }
 
-// events are the open geoip_unavailable conditions for a beat: one per
-// database that is missing or does not open, with the last error.
-func (g *geoipDBs) events(now int64) []protocol.HealthEvent {
-	var out []protocol.HealthEvent
-	for _, u := range g.ups {
-		s := u.Status()
-		if s.Present || s.Checked.IsZero() {
-			continue
-		}
-		msg := "GeoIP " + u.Name + " database " + u.Path + " is unavailable; geo_match rules take their false edge"
-		if s.Err != nil {
-			msg += "; last attempt: " + strings.TrimPrefix(s.Err.Error(), geoip.ErrMissing.Error()+": ")
-		}
-		out = append(out, protocol.HealthEvent{
-			EventType:       "geoip_unavailable",
-			Severity:        "warning",
-			Message:         msg,
-			TriggeredAtUnix: now,
-			Metadata:        map[string]string{"database": u.Name, "path": u.Path, "checked": s.Checked.UTC().Format(time.RFC3339)},
-		})
+// rebuildAndPublish is the loop's build, which the running workers take
+// at once. An apply's build (landed) is not published: the workers that
+// take it are the reload's, which read the file when they start.
+func (g *geoipDBs) rebuildAndPublish() {
+	if g.build(g.landedCodes.Load()) && g.published != nil {
+		g.published()
 	}
-	// Rules that cannot match anything say so even when no database is
-	// maintained here (URLs "off", files placed by hand).
-	if st := g.snap.Status(); !st.Codes.Empty() && len(st.Databases) == 0 && len(out) == 0 {
-		msg := "geo_match rules are active but no GeoIP database is usable; they take their false edge"
-		if len(st.Problems) > 0 {
-			msg += ": " + strings.Join(st.Problems, "; ")
+}
+
+// unavailable is the geoip_unavailable message, "" while no active
+// geo_match rule lacks a database: each database lacking, with why (the
+// snapshot build's problem, the last download's error where the agent
+// maintains it).
+func (g *geoipDBs) unavailable() string {
+	st := g.snap.Status()
+	var reasons []string
+	for _, name := range geoLack(st) {
+		path := g.snap.CityPath
+		if name == "country" {
+			path = g.snap.CountryPath
 		}
-		out = append(out, protocol.HealthEvent{
-			EventType:       "geoip_unavailable",
-			Severity:        "warning",
-			Message:         msg,
-			TriggeredAtUnix: now,
-			Metadata:        map[string]string{"database": "all", "codes": st.Codes.String()},
-		})
+		why := name + " database " + path + " is missing or unusable"
+		for _, p := range st.Problems {
+			if strings.HasPrefix(p, name+" ") {
+				why = p
+			}
+		}
+		for _, u := range g.ups {
+			if s := u.Status(); u.Name == name && !s.Present && s.Err != nil {
+				why += "; last download: " + strings.TrimPrefix(s.Err.Error(), geoip.ErrMissing.Error()+": ")
+			}
+		}
+		reasons = append(reasons, why)
 	}
-	return out
+	if reasons == nil {
+		return ""
+	}
+	return "geo_match rules on " + st.Codes.String() + " take their false edge: " + strings.Join(reasons, "; ")
+}
+
+// geoLack names the databases an active geo_match rule needs and the
+// snapshot was compiled without, so that rule takes its false edge: region
+// codes need City, country codes City or Country. A node without geo
+// rules lacks nothing, whatever its databases (one without access to the
+// download host included).
+func geoLack(st geosnap.Status) []string {
+	var lack []string
+	none := len(st.Databases) == 0
+	if len(st.Codes.Regions) > 0 && !slices.Contains(st.Databases, "city") || len(st.Codes.Countries) > 0 && none {
+		lack = append(lack, "city")
+	}
+	if len(st.Codes.Countries) > 0 && none {
+		lack = append(lack, "country")
+	}
+	return lack
 }

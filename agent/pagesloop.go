@@ -5,16 +5,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/state"
+	"openflare/internal/mailbox"
 )
 
 // pagesEvery spaces the checks of the active deployments: a project's new
-// deployment needs no new config version, so only asking finds it. As
-// upstream, once per heartbeat interval (PROTOCOL 9), but not more than
-// once a second, whatever the server sets.
+// deployment needs no new config version, so only asking finds it. As the
+// reference agent does, once per heartbeat interval (PROTOCOL 9), but not
+// more than once a second, whatever the server sets.
 func (a *Agent) pagesEvery() time.Duration {
 	return min(max(a.heartbeatInterval(), time.Second), 5*time.Minute)
 }
@@ -22,9 +22,8 @@ func (a *Agent) pagesEvery() time.Duration {
 // pagesWork is the Pages projects of the version in force, handed from the
 // apply to the Pages loop.
 type pagesWork struct {
-	mu   sync.Mutex
-	ids  []uint64
-	wake chan struct{}
+	box *mailbox.Box
+	ids []uint64
 }
 
 // setPages records the projects the applied version serves and has them
@@ -32,9 +31,7 @@ type pagesWork struct {
 // restart checks the projects again even when no apply runs (the version
 // is current, or the server is unreachable).
 func (a *Agent) setPages(_ context.Context, ids []uint64) {
-	a.pagesWork.mu.Lock()
-	a.pagesWork.ids = slices.Clone(ids)
-	a.pagesWork.mu.Unlock()
+	ids = slices.Clone(ids)
 	list := make([]string, len(ids))
 	for i, id := range ids {
 		list[i] = strconv.FormatUint(id, 10)
@@ -42,10 +39,7 @@ func (a *Agent) setPages(_ context.Context, ids []uint64) {
 	if err := a.store.Update(func(s *state.State) { s.PagesProjects = strings.Join(list, ",") }); err != nil {
 		a.log.Warn("record pages projects", "err", err)
 	}
-	select {
-	case a.pagesWork.wake <- struct{}{}:
-	default:
-	}
+	a.pagesWork.box.Post(func() { a.pagesWork.ids = ids })
 }
 
 // restorePages takes the Pages projects of the version in force from
@@ -57,14 +51,9 @@ func (a *Agent) restorePages() {
 			ids = append(ids, id)
 		}
 	}
-	a.pagesWork.mu.Lock()
-	a.pagesWork.ids = ids
-	a.pagesWork.mu.Unlock()
+	a.pagesWork.box.Do(func() { a.pagesWork.ids = ids })
 	if len(ids) > 0 {
-		select {
-		case a.pagesWork.wake <- struct{}{}:
-		default:
-		}
+		a.pagesWork.box.Wake.Notify()
 	}
 }
 
@@ -78,12 +67,11 @@ func (a *Agent) pagesLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.pagesWork.wake:
+		case <-a.pagesWork.box.Wake:
 		case <-t.C:
 		}
-		a.pagesWork.mu.Lock()
-		ids := a.pagesWork.ids
-		a.pagesWork.mu.Unlock()
+		var ids []uint64
+		a.pagesWork.box.Do(func() { ids = a.pagesWork.ids })
 		msg := ""
 		if len(ids) > 0 {
 			before := allocated()

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/backoff"
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/controlplane"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/backoff"
+	"openflare/agent/config"
+	"openflare/agent/controlplane"
+	"openflare/agent/protocol"
+	"openflare/agent/state"
 )
 
 // malformedRetry spaces out retries after a register reply without a token:
@@ -24,42 +24,51 @@ var errNoToken = errors.New("register reply has no usable node_id or token")
 // agent.json with it.
 func usableToken(tok string) bool { return protocol.Printable(tok, 256) }
 
-// register trades the discovery token for a node token (PROTOCOL 1.2) and
-// persists it to agent.json before anything else happens, so a crash or
-// restart never registers a second node.
-func (a *Agent) register(ctx context.Context) error {
-	bo := &backoff.Backoff{Min: time.Second, Max: time.Minute}
+// register trades the discovery token for a node token (PROTOCOL 1.2),
+// when the node has none, and persists it to agent.json before anything
+// else happens, so a crash or restart never registers a second node. It
+// returns once registered or when ctx ends.
+func (s *session) register(ctx context.Context) {
+	a := s.a
+	if a.cfg.AgentToken != "" {
+		return
+	}
+	retry := heartbeatRetry()
+	// A rejected token stays rejected until someone edits agent.json or
+	// the server's settings: no need to ask every 3 s.
+	rejected := &backoff.Backoff{Min: time.Second, Max: time.Minute}
 	for {
-		r, err := a.cp.Register(ctx, a.payload(ctx))
+		r, err := s.srv.Register(ctx, a.payload(ctx))
 		token := r.Token()
 		if err == nil && (r.NodeID == "" || len(r.NodeID) > 128 || !usableToken(token)) {
 			err = errNoToken
 		}
 		if err == nil {
 			a.persistToken(ctx, token)
-			a.cp.SetToken(token)
+			s.srv.SetToken(token)
 			a.cfg.AgentToken, a.cfg.DiscoveryToken = token, ""
 			if err := a.store.Update(func(s *state.State) { s.NodeID = r.NodeID }); err != nil {
 				a.log.Error("record node id", "err", err)
 			}
 			a.log.Info("registered with the discovery token", "node_id", r.NodeID)
-			return nil
+			return
 		}
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		wait := bo.Next()
+		wait := retry.Next()
 		switch {
 		case controlplane.IsUnauthorized(err):
+			wait = rejected.Next()
 			a.log.Error("discovery token rejected by the server (HTTP 401): check discovery_token in agent.json", "retry_in", wait)
 		case errors.Is(err, errNoToken):
 			wait = malformedRetry
 			a.log.Error("registration reply carried no usable node id or token; agent.json left unchanged", "retry_in", wait)
 		default:
-			a.log.Warn("registration failed", "err", err, "retry_in", wait)
+			a.log.Log(ctx, retryLevel(retry.Attempts()), "registration failed", "err", err, "retry_in", wait)
 		}
 		if !backoff.Sleep(ctx, wait) {
-			return nil
+			return
 		}
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
+	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/updater"
+	"openflare/agent/config"
+	"openflare/agent/protocol"
+	"openflare/agent/updater"
+	"openflare/internal/mailbox"
 )
 
 // selfUpdate runs the updater on its own goroutine: a release download
@@ -21,11 +22,16 @@ type selfUpdate struct {
 	log *slog.Logger
 	// off: agent.json's update_repo "off" stops checks, but a version
 	// already swapped in is still confirmed or rolled back.
-	off  bool
-	wake chan struct{}
+	off bool
+	// repo is agent.json's update_repo, the only one releases come from.
+	repo string
 
-	mu   sync.Mutex
+	// box guards next and ignored and wakes the loop.
+	box  *mailbox.Box
 	next *updater.Trigger
+	// ignored is the server's update_repo once its settings asked for an
+	// update from it and it is not repo; cleared when they name another.
+	ignored string
 }
 
 // newSelfUpdate wraps the updater main started (updater.Start) and
@@ -38,7 +44,7 @@ func newSelfUpdate(cfg *config.Config, u *updater.Updater, log *slog.Logger) *se
 	if off {
 		log.Info("self-update is off (update_repo \"off\")")
 	}
-	return &selfUpdate{u: u, log: log, off: off, wake: make(chan struct{}, 1)}
+	return &selfUpdate{u: u, log: log, off: off, box: mailbox.New(), repo: cfg.UpdateRepo}
 }
 
 // offer passes a settings payload's trigger, if it has one, to the loop.
@@ -47,17 +53,28 @@ func (s *selfUpdate) offer(set protocol.AgentSettings) {
 		return
 	}
 	t, ok := updater.TriggerFor(set)
-	if !ok {
-		return
+	var was, ignored string
+	s.box.Do(func() {
+		was = s.ignored
+		switch repo := strings.TrimSpace(set.UpdateRepo); {
+		case ok && !strings.EqualFold(repo, s.repo):
+			s.ignored = repo
+		case repo != s.ignored:
+			// Kept while the server still names the refused repository:
+			// an update_now is one-shot, and its refusal must outlast the
+			// beat that follows it.
+			s.ignored = ""
+		}
+		ignored = s.ignored
+		if ok && (s.next == nil || t.Force || !s.next.Force) {
+			s.next = &t
+		}
+	})
+	if ignored != "" && ignored != was {
+		s.log.Warn("the server names another update_repo; releases come from agent.json's", "server_repo", ignored, "update_repo", s.repo)
 	}
-	s.mu.Lock()
-	if s.next == nil || t.Force || !s.next.Force {
-		s.next = &t
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if ok {
+		s.box.Wake.Notify()
 	}
 }
 
@@ -79,11 +96,9 @@ func (s *selfUpdate) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.wake:
-			s.mu.Lock()
-			t := s.next
-			s.next = nil
-			s.mu.Unlock()
+		case <-s.box.Wake:
+			var t *updater.Trigger
+			s.box.Do(func() { t, s.next = s.next, nil })
 			if t == nil {
 				continue
 			}
@@ -105,22 +120,34 @@ func (s *selfUpdate) loop(ctx context.Context) {
 	}
 }
 
-// events is the agent_update_failed condition for a beat: a new version
-// that failed its trial or was rolled back, reported for a day by the
-// version that stayed.
+// events are the self-update conditions for a beat: a new version that
+// failed its trial or was rolled back, reported for a day by the version
+// that stayed; and the server's update_repo, refused since it asked for an
+// update from it and not agent.json's.
 func (s *selfUpdate) events(now int64) []protocol.HealthEvent {
 	if s == nil {
 		return nil
 	}
-	f, ok := s.u.LastFailure(time.Unix(now, 0))
-	if !ok {
-		return nil
+	var out []protocol.HealthEvent
+	if f, ok := s.u.LastFailure(time.Unix(now, 0)); ok {
+		out = append(out, protocol.HealthEvent{
+			EventType:       protocol.EventAgentUpdateFailed,
+			Severity:        protocol.SeverityWarning,
+			Message:         "self-update to " + f.Version + " failed; " + f.From + " keeps running: " + f.Reason,
+			TriggeredAtUnix: f.AtUnix,
+			Metadata:        map[string]string{"version": f.Version, "running": f.From},
+		})
 	}
-	return []protocol.HealthEvent{{
-		EventType:       "agent_update_failed",
-		Severity:        "warning",
-		Message:         "self-update to " + f.Version + " failed; " + f.From + " keeps running: " + f.Reason,
-		TriggeredAtUnix: f.AtUnix,
-		Metadata:        map[string]string{"version": f.Version, "running": f.From},
-	}}
+	var ignored string
+	s.box.Do(func() { ignored = s.ignored })
+	if ignored != "" {
+		out = append(out, protocol.HealthEvent{
+			EventType: protocol.EventAgentUpdateRepo,
+			Severity:  protocol.SeverityInfo,
+			Message: "the server asks for self-updates from " + ignored + "; this node takes releases only from " + s.repo +
+				" (agent.json update_repo; set it to " + ignored + " to allow that repository)",
+			TriggeredAtUnix: now,
+		})
+	}
+	return out
 }

@@ -18,7 +18,7 @@ CROSS_ARM_PKGS := ./internal/... ./agent/config ./agent/state ./agent/render \
 # size.
 CROSS_ARM_SKIP := ^(TestTornWriteSafety|TestCrashSafety|TestInteropMaxMind)$$
 
-.PHONY: cross size cross-test cross-test-binaries cross-test-arm-units
+.PHONY: cross size cross-test cross-test-binaries cross-test-arm-units package
 
 cross:
 	LDFLAGS='$(LDFLAGS)' TAGS='$(RELEASE_TAGS)' sh cross/build.sh $(CROSS_DIST)
@@ -38,3 +38,11 @@ cross-test-binaries: cross
 cross-test-arm-units: cross
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 go test -count=1 -timeout 10m -trimpath \
 		-exec 'qemu-arm-static -cpu cortex-a7' -skip '$(CROSS_ARM_SKIP)' $(CROSS_ARM_PKGS)
+
+# The Debian (.deb) and OpenWrt (.ipk) packages of the release binaries, in
+# dist/packages, versioned from git describe (cross/version.sh). See
+# cross/README.md.
+PACKAGE_VERSION = $(shell sh cross/version.sh '$(VERSION)')
+
+package: cross
+	sh cross/package.sh $(CROSS_DIST) '$(PACKAGE_VERSION)'

@@ -8,8 +8,9 @@
 # /usr/local/lib/openflare-agent, linked from /usr/local/bin, and a systemd
 # unit runs it as root in a sandbox. OpenWrt (detected from
 # /etc/openwrt_release): /usr/bin and a procd init script, also as root.
-# Either way nginx's workers run as an unprivileged user (agent.json
-# nginx_user, which a new install pins) and cannot read the agent's files.
+# Either way nginx's workers run as a system user of their own,
+# openflare-www (agent.json nginx_user, which a new install creates and
+# pins), and cannot read the agent's files.
 # The unit and the init script are taken from systemd/ and openwrt/ next to
 # this script, as in the release archive.
 #
@@ -429,7 +430,7 @@ json_str() {
 }
 
 # An operator who insists on a service user says so in a drop-in
-# (README: "Who the nginx workers are"). Their files stay theirs, and
+# (docs/workers.md). Their files stay theirs, and
 # nothing is pinned for workers that will share the agent's uid anyway.
 service_user=''
 if [ "$platform" = systemd ]; then
@@ -505,14 +506,111 @@ if [ -n "$of_uid" ] && [ -n "$(service_user_files -print | sed -n 1p)" ]; then
 	handback=true
 fi
 
+# The workers get a system user of their own: nginx leaves its workers
+# dumpable, so every process of their uid can read their memory, the keys
+# of the sites they serve included, and www-data and nobody are shared
+# (PHP-FPM and Apache run as www-data).
+worker_user=openflare-www
+worker_comment='openflare-agent nginx workers'
+
+# nologin_shell: the first no-login shell the install root has.
+nologin_shell() {
+	for nl in /usr/sbin/nologin /sbin/nologin; do
+		if [ -x "$prefix$nl" ]; then
+			printf '%s\n' "$nl"
+			return 0
+		fi
+	done
+	printf '/bin/false\n'
+}
+
+# free_system_id: the highest id from 999 down to 100 that is neither a
+# uid nor a gid yet, so that the user and its group share the number.
+free_system_id() {
+	awk -F: '{ used[$3] = 1 } END { for (id = 999; id >= 100; id--) if (!(id in used)) { print id; exit } }' "$prefix/etc/passwd" "$prefix/etc/group"
+}
+
+# append_entry FILE LINE: LINE at the end of FILE, on a line of its own
+# even when FILE lacks a final newline. Appending keeps the file's owner
+# and mode, which a rewritten shadow file would lose.
+append_entry() {
+	if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then printf '\n' >>"$1"; fi
+	printf '%s\n' "$2" >>"$1"
+}
+
+# is_busybox TOOL: TOOL is BusyBox's applet (Debian's adduser takes other
+# options).
+is_busybox() {
+	command -v "$1" >/dev/null 2>&1 || return 1
+	help=$("$1" --help 2>&1) || true
+	case $help in *BusyBox*) return 0 ;; esac
+	return 1
+}
+
+# add_worker_user: create the workers' user, and its group unless that
+# exists, with no login shell and no home. On the running system useradd
+# and groupadd do it where they exist (they lock the files and keep shadow
+# and gshadow in step), BusyBox's adduser and addgroup where those do.
+# Under --root, and on an OpenWrt whose BusyBox has neither, the entries
+# are written into the install root's files: tools of the host would
+# change the host's.
+add_worker_user() {
+	shell=$(nologin_shell)
+	gid=$(group_id "$worker_user")
+	if [ -z "$prefix" ] && command -v useradd >/dev/null 2>&1 && command -v groupadd >/dev/null 2>&1; then
+		[ -n "$gid" ] || groupadd --system "$worker_user" || return 1
+		useradd --system --gid "$worker_user" --no-create-home --home-dir /nonexistent --shell "$shell" --comment "$worker_comment" "$worker_user"
+		return
+	fi
+	if [ -z "$prefix" ] && is_busybox adduser && is_busybox addgroup; then
+		[ -n "$gid" ] || addgroup -S "$worker_user" || return 1
+		adduser -S -D -H -h /nonexistent -s "$shell" -G "$worker_user" -g "$worker_comment" "$worker_user"
+		return
+	fi
+	if [ -z "$gid" ]; then
+		gid=$(free_system_id)
+		[ -n "$gid" ] || return 1
+		append_entry "$prefix/etc/group" "$worker_user:x:$gid:" || return 1
+		if [ -f "$prefix/etc/gshadow" ]; then append_entry "$prefix/etc/gshadow" "$worker_user:!::" || return 1; fi
+	fi
+	uid=$gid
+	if [ -n "$(awk -F: -v id="$uid" '$3 == id { print; exit }' "$prefix/etc/passwd")" ]; then
+		uid=$(free_system_id)
+		[ -n "$uid" ] || return 1
+	fi
+	# Locked: "!" where there is no shadow file, else the shadow entry's.
+	if [ -f "$prefix/etc/shadow" ]; then
+		append_entry "$prefix/etc/shadow" "$worker_user:!:::::::" || return 1
+		append_entry "$prefix/etc/passwd" "$worker_user:x:$uid:$gid:$worker_comment:/nonexistent:$shell"
+	else
+		append_entry "$prefix/etc/passwd" "$worker_user:!:$uid:$gid:$worker_comment:/nonexistent:$shell"
+	fi
+}
+
 # nginx_user is pinned on a new install and when the workers change user
 # anyway (the hand-back): otherwise, with nothing set, the control plane's
 # template could choose them by its `user` line, any existing account but
-# root (the stock template names openflare, which an upgraded node keeps). An existing value is the owner's and stays; so does what a running
-# root node resolves to, since its temp and cache files belong to that user.
+# root (the stock template names openflare, which an upgraded node keeps).
+# An existing value is the owner's and stays; so does what a running root
+# node resolves to, since its temp and cache files belong to that user.
+# That is also why the workers' user is only created to be pinned: the
+# agent prefers it, so on a node that pins nothing it would move the
+# workers away from their files.
 nginx_user=$(json_str nginx_user)
-if [ -z "$nginx_user" ] && [ -z "$service_user" ] && { [ ! -f "$prefix$conf" ] || $handback; }; then
-	for u in www-data nobody; do
+if [ -n "$nginx_user" ]; then
+	if [ -z "$service_user" ]; then
+		case ${nginx_user%%[: ]*} in
+		www-data | nobody) say "note: nginx_user is $nginx_user, a user other services may share: their processes can read the workers' memory, the sites' private keys included; docs/workers.md says how to give the workers a user of their own" ;;
+		esac
+	fi
+elif [ -z "$service_user" ] && { [ ! -f "$prefix$conf" ] || $handback; }; then
+	# An install root without account files (an image being built) gets
+	# none from here: the agent picks the workers' user at start.
+	if [ -f "$prefix/etc/passwd" ] && [ -f "$prefix/etc/group" ] && [ -z "$(passwd_field "$worker_user" 3)" ]; then
+		{ add_worker_user && [ -n "$(passwd_field "$worker_user" 3)" ]; } || die "cannot create the system user $worker_user for nginx's workers: create it (no login shell, no home) or set nginx_user in $conf, and re-run"
+		say "created the system user $worker_user (uid $(passwd_field "$worker_user" 3)) for nginx's workers"
+	fi
+	for u in "$worker_user" www-data nobody; do
 		uid=$(passwd_field "$u" 3)
 		case $uid in '' | 0 | *[!0-9]*) continue ;; esac
 		g=$(group_name "$(passwd_field "$u" 4)")
@@ -522,7 +620,9 @@ if [ -z "$nginx_user" ] && [ -z "$service_user" ] && { [ ! -f "$prefix$conf" ] |
 		break
 	done
 	if [ -z "$nginx_user" ] && [ -f "$prefix/etc/passwd" ]; then
-		say "note: neither www-data nor nobody (with a group) exists, so nginx_user is not pinned: the agent picks the workers' user at start"
+		say "note: none of $worker_user, www-data and nobody (with a group) exists, so nginx_user is not pinned: the agent picks the workers' user at start"
+	elif [ -n "$nginx_user" ] && [ "${nginx_user%%:*}" != "$worker_user" ]; then
+		say "note: $worker_user is root here or has no group, so nginx_user is $nginx_user, a user other services may share (docs/workers.md)"
 	fi
 fi
 
@@ -718,7 +818,7 @@ if [ -n "$service_user" ]; then
 	if [ -n "$su_uid" ] && [ -n "$su_gid" ] && [ "$(id -u)" = 0 ]; then
 		chown "$su_uid:$su_gid" "$prefix$conf_dir" "$prefix$data_dir" "$prefix$conf"
 	fi
-	say "note: a drop-in runs the agent as $service_user: its files are left to it, and nginx workers share its uid and can read the node token (see README)"
+	say "note: a drop-in runs the agent as $service_user: its files are left to it, and nginx workers share its uid and can read the node token (see docs/workers.md)"
 elif [ "$(id -u)" = 0 ]; then
 	chown 0:0 "$prefix$conf_dir" "$prefix$data_dir" "$prefix$conf"
 fi

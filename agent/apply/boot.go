@@ -4,21 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/landing"
+	"openflare/agent/nginx"
+	"openflare/agent/protocol"
+	"openflare/agent/state"
 )
 
 // Boot runs before the agent talks to the server (node autonomy): it
 // repairs the tree for the workers, rolls back an apply a crash
 // interrupted, then makes sure nginx runs the last landed config and
-// probes it. Upstream leaves a rebooted node dark until the server
+// self-tests it. Upstream leaves a rebooted node dark until the server
 // answers; this one serves.
 func (e *Engine) Boot(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Support files a crash left staged are no version's any more.
+	if err := os.RemoveAll(e.StageDir); err != nil {
+		e.Log.Warn("clear the support-file stage", "err", err)
+	}
 	if e.Nginx.Usable() == nil {
 		// Data dirs an older release (or a umask) left closed to the
 		// workers are repaired before nginx is started from them.
@@ -37,8 +42,8 @@ func (e *Engine) Boot(ctx context.Context) error {
 			return err
 		}
 		if wasRunning {
-			// nginx outlived the previous agent: probe what it serves now.
-			e.probe(ctx, e.Nginx.LogMark())
+			// nginx outlived the previous agent: self-test what it serves now.
+			e.selfTest(ctx, e.Nginx.LogMark())
 		}
 	}
 	e.Log.Info("local config ready", "version", e.Store.Get().Current.Version, "recovered", recovered)
@@ -101,7 +106,7 @@ func (e *Engine) ensure(ctx context.Context, reload bool) error {
 	}
 	if err := e.prepareLanded(false); err != nil {
 		// nginx is started all the same: the layout is complete, and a
-		// node that serves part of its sites (the probe says which part
+		// node that serves part of its sites (the self-test says which part
 		// fails) beats a dark one.
 		e.Log.Error("the nginx workers cannot use the agent's files", "err", err)
 		e.update(func(st *state.State) { st.LastError = err.Error() })
@@ -112,7 +117,7 @@ func (e *Engine) ensure(ctx context.Context, reload bool) error {
 			e.Log.Info("nginx runs the last landed config", "version", e.Store.Get().Current.Version)
 			return nil
 		}
-		if errors.Is(err, nginx.ErrProbe) {
+		if errors.Is(err, nginx.ErrSelfTest) {
 			// nginx runs the landed config but cannot serve it fully; the
 			// fallback would serve nothing at all. Reported as unhealthy.
 			return fmt.Errorf("boot: %w", err)
@@ -131,30 +136,33 @@ func (e *Engine) ensure(ctx context.Context, reload bool) error {
 }
 
 // Restart restarts nginx (the one-shot restart_openresty_now), serialised
-// with applies.
+// with applies. A failure is kept as RestartError, which marks the node
+// unhealthy until a restart succeeds: the server asked for one, and the
+// next beat must not say all is well because nginx still answers.
 func (e *Engine) Restart(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.Nginx.Usable(); err != nil {
-		return fmt.Errorf("restart: %w", err)
+	err := e.Nginx.Usable()
+	if err == nil && !fileExists(e.Paths.Main) {
+		err = fmt.Errorf("no landed config at %s", e.Paths.Main)
 	}
-	if !fileExists(e.Paths.Main) {
-		return fmt.Errorf("restart: no landed config at %s", e.Paths.Main)
-	}
-	mark := e.Nginx.LogMark()
-	err := e.Nginx.Restart(ctx)
 	if err == nil {
-		err = e.probe(ctx, mark)
-	}
-	if err != nil && !e.Nginx.Running() {
-		// The old master is gone and the new one did not come up: never
-		// leave the node dark.
-		if eerr := e.ensure(ctx, false); eerr != nil {
-			err = fmt.Errorf("%w; and starting again failed: %v", err, eerr)
+		mark := e.Nginx.LogMark()
+		if err = e.Nginx.Restart(ctx); err == nil {
+			err = e.selfTest(ctx, mark)
+		}
+		if err != nil && !e.Nginx.Running() {
+			// The old master is gone and the new one did not come up:
+			// never leave the node dark.
+			if eerr := e.ensure(ctx, false); eerr != nil {
+				err = fmt.Errorf("%w; and starting again failed: %v", err, eerr)
+			}
 		}
 	}
+	msg := ""
 	if err != nil {
-		e.update(func(st *state.State) { st.LastError = "nginx restart: " + err.Error() })
+		msg = "nginx restart failed: " + err.Error()
 	}
+	e.update(func(st *state.State) { st.RestartError = msg })
 	return err
 }

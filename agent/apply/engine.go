@@ -9,18 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/controlplane"
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/agent/policy"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/controlplane"
+	"openflare/agent/landing"
+	"openflare/agent/osuser"
+	"openflare/agent/policy"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/agent/state"
 )
 
 // Mode says why an apply runs.
@@ -42,7 +43,9 @@ func (m Mode) String() string {
 
 // ControlPlane is what an apply asks of the server (agent/controlplane).
 type ControlPlane interface {
-	ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error)
+	// ActiveConfig fetches E4, handing each support file to files as it
+	// arrives.
+	ActiveConfig(ctx context.Context, files func(protocol.SupportFile) error) (protocol.ActiveConfig, error)
 	ApplyLog(ctx context.Context, l *protocol.ApplyLog) (protocol.ApplyLogRecord, error)
 }
 
@@ -62,15 +65,21 @@ type Nginx interface {
 	Workers(mainText string, fallback bool) (osuser.Identity, error)
 	// Test validates a config file (nginx -t).
 	Test(ctx context.Context, conf string) error
+	// PolicyParse runs nginx -t on the template policy's copy of a main
+	// config (policy.ParseCopy, laid out by landing.Set.WriteParseCopy).
+	PolicyParse(ctx context.Context, conf string) error
 	// Activate reloads the running master or starts one; Restart stops
 	// and starts it.
 	Activate(ctx context.Context) error
 	Restart(ctx context.Context) error
 	Running() bool
-	// LogMark and SelfTest prove the data plane serves: SelfTest quotes
-	// the error-log lines written after the mark.
+	// LogMark and SelfTest prove the data plane serves (agent/selftest):
+	// SelfTest quotes the error-log lines written after the mark.
 	LogMark() int64
 	SelfTest(ctx context.Context, mark int64) error
+	// Handover makes the workers a reload replaced stop accepting, once
+	// SelfTest passed: until then clients may still get the old config.
+	Handover(ctx context.Context)
 }
 
 // Engine applies versions. Calls are serialised.
@@ -86,30 +95,46 @@ type Engine struct {
 	// Fallback is the embedded fallback.conf text.
 	Fallback  string
 	BackupDir string
+	// ParseDir is where the copy the template policy has nginx parse
+	// is laid out, and removed after each apply.
+	ParseDir string
+	// StageDir is where a fetched version's support files wait on disk
+	// (landing.Stage) until it is landed: emptied at each fetch, removed
+	// after each apply and at boot.
+	StageDir string
+	// Resolve looks up an origin's host name as nginx will when it loads
+	// the config (nil: only literal addresses are checked).
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// Pages runs after a success or warning apply with the Pages projects
-	// the version serves (none included: the list is the whole set).
-	Pages func(ctx context.Context, ids []uint64)
-	// Reported runs right after an apply log was sent (nil: nothing).
-	Reported func()
-	// IPGroups runs after a success or warning apply with the IP groups
-	// the version references.
-	IPGroups func(ctx context.Context, ids []uint64)
-	// Landed runs once a validated version's runtime files (the WAF
+	// The events of an apply, each nil for nothing. In the order they
+	// happen:
+	//
+	// OnLanded runs once a validated version's runtime files (the WAF
 	// config among them) are in place, before the reload: what workers
 	// derive from them (the geo snapshot) is ready when they start.
-	Landed func(ctx context.Context)
+	OnLanded func(ctx context.Context)
+	// OnReported runs right after an apply log was sent.
+	OnReported func()
+	// OnIPGroupsReferenced runs after a success or warning apply with the
+	// IP groups the version references.
+	OnIPGroupsReferenced func(ctx context.Context, ids []uint64)
+	// OnPagesReferenced runs after a success or warning apply with the
+	// Pages projects the version serves (none included: the list is the
+	// whole set).
+	OnPagesReferenced func(ctx context.Context, ids []uint64)
 
 	mu sync.Mutex
 	// held is a version this node cannot run for a reason of its own (no
 	// Lua, no binary, workers that cannot read their files): not
 	// blocklisted on disk, but not retried until the agent restarts.
 	held protocol.ConfigRef
+	// phases times the apply under way (nil between applies).
+	phases *phases
 	// renderFailed spaces out retries of a version that does not render:
-	// fetching up to 64 MiB every beat to fail again helps nobody.
+	// fetching hundreds of MiB every beat to fail again helps nobody.
 	renderFailed struct {
 		ref protocol.ConfigRef
 		at  time.Time
@@ -238,8 +263,18 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if ff := e.fetchFailed; mode == Normal && ff.n > 0 && (target == nil || *target == ff.ref) && e.now().Before(ff.at.Add(fetchBackoff(ff.n))) {
 		return fmt.Errorf("fetch active config: retried after %s (failed %d times)", fetchBackoff(ff.n), ff.n)
 	}
-	began := e.now()
-	ac, err := e.CP.ActiveConfig(ctx)
+	e.phases = newPhases(ctx, e.now)
+	defer func() { e.phases = nil }()
+	stage, err := landing.NewStage(e.StageDir)
+	if err != nil {
+		return fmt.Errorf("fetch active config: %w", err)
+	}
+	defer func() {
+		if err := stage.Remove(); err != nil {
+			e.Log.Warn("support-file stage", "err", err)
+		}
+	}()
+	ac, err := e.CP.ActiveConfig(ctx, stage.Add)
 	if err != nil && !controlplane.NoActiveVersion(err) {
 		// A newly published version starts its own count.
 		var ref protocol.ConfigRef
@@ -260,6 +295,7 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 		}
 		return fmt.Errorf("fetch active config: %w", err)
 	}
+	e.phases.mark("fetch")
 	fetched := protocol.ConfigRef{Version: ac.Version, Checksum: ac.Checksum}
 	if err := fetched.Check(); err != nil {
 		return fmt.Errorf("fetch active config: reply names no usable version: %w", err)
@@ -267,13 +303,13 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 	if e.skip(fetched, mode) {
 		return nil
 	}
-	out, err := render.Config(ac.SourceConfigJSON, ac.SupportFiles)
+	out, err := render.Config(ac.SourceConfigJSON, stage.Files())
 	if err != nil {
 		err = fmt.Errorf("render version %s: %w", ac.Version, err)
 		e.renderFailed.ref, e.renderFailed.at, e.renderFailed.err = fetched, e.now(), err
 		return err
 	}
-	e.Log.Debug("apply: fetched and rendered", "version", ac.Version, "took", e.now().Sub(began))
+	e.phases.mark("render")
 	prev := e.Store.Get().Current
 	outcome := e.land(ctx, fetched, out, mode != Normal)
 	if outcome.Reloaded && prev != fetched {
@@ -285,29 +321,29 @@ func (e *Engine) apply(ctx context.Context, target *protocol.ConfigRef, mode Mod
 			outcome.Message += fmt.Sprintf(" (rendered checksum %s differs from server checksum %s)", sum, ac.Checksum)
 		}
 	}
-	e.Log.Info("apply finished", "version", ac.Version, "result", outcome.Result, "reloaded", outcome.Reloaded, "message", outcome.Message)
+	e.Log.Info("apply finished", "version", ac.Version, "result", outcome.Result, "reloaded", outcome.Reloaded, "message", outcome.Message, "phases", e.phases.String())
 	var reportErr error
 	if outcome.Result != protocol.ResultSuccess || prev != fetched {
 		reportErr = e.report(ctx, fetched, out, outcome)
 		// The next status follows the apply log at once, so the control
 		// plane shows the node on its new version within one round trip.
-		if e.Reported != nil {
-			e.Reported()
+		if e.OnReported != nil {
+			e.OnReported()
 		}
 	}
 	// The IP groups are synced even if the report failed: without them a
 	// referenced deny list is off.
-	if outcome.Result != protocol.ResultFailed && e.IPGroups != nil {
-		e.IPGroups(ctx, out.IPGroups)
+	if outcome.Result != protocol.ResultFailed && e.OnIPGroupsReferenced != nil {
+		e.OnIPGroupsReferenced(ctx, out.IPGroups)
 	}
 	// Pages content is deployed apart from the config: a project that
 	// fails is reported alone and holds up neither the apply nor the others.
-	if outcome.Result != protocol.ResultFailed && e.Pages != nil {
+	if outcome.Result != protocol.ResultFailed && e.OnPagesReferenced != nil {
 		ids, err := render.PagesProjectIDs(ac.SourceConfigJSON)
 		if err != nil {
 			e.Log.Warn("pages projects of the version", "version", ac.Version, "err", err)
 		}
-		e.Pages(ctx, ids)
+		e.OnPagesReferenced(ctx, ids)
 	}
 	if reportErr != nil {
 		return reportErr

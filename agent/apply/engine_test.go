@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,23 +14,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/controlplane"
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/agent/state"
-	tcp "github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/controlplane"
+	"openflare/agent/landing"
+	"openflare/agent/nginx"
+	"openflare/agent/osuser"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/agent/state"
+	tcp "openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // Markers a test version's main template carries to make the fake nginx
 // fail at one step.
 const (
-	brokenMark     = "# TEST: -t fails"
-	reloadFailMark = "# TEST: reload fails"
-	probeFailMark  = "# TEST: probe fails"
+	brokenMark       = "# TEST: -t fails"
+	reloadFailMark   = "# TEST: reload fails"
+	selfTestFailMark = "# TEST: self-test fails"
+	// hiddenMark stands for a directive of reach nginx reads where the
+	// template policy's reader found none.
+	hiddenMark = "# TEST: nginx sees a hidden directive"
 )
 
 // fakeCP is the server: one active version (or an error), and the apply
@@ -43,11 +47,23 @@ type fakeCP struct {
 	logs    []protocol.ApplyLog
 }
 
-func (c *fakeCP) ActiveConfig(context.Context) (protocol.ActiveConfig, error) {
+// ActiveConfig hands the version's support files on, as the client does
+// while it decodes them.
+func (c *fakeCP) ActiveConfig(_ context.Context, files func(protocol.SupportFile) error) (protocol.ActiveConfig, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fetches++
-	return c.active, c.err
+	ac := c.active
+	if c.err != nil {
+		return ac, c.err
+	}
+	for _, f := range ac.SupportFiles {
+		if err := files(f); err != nil {
+			return protocol.ActiveConfig{}, err
+		}
+	}
+	ac.SupportFiles = nil
+	return ac, nil
 }
 
 func (c *fakeCP) ApplyLog(_ context.Context, l *protocol.ApplyLog) (protocol.ApplyLogRecord, error) {
@@ -70,7 +86,7 @@ func (c *fakeCP) lastLog(t *testing.T) protocol.ApplyLog {
 	return c.logs[len(c.logs)-1]
 }
 
-// fakeNginx is the data plane: -t, reload and probe outcomes follow the
+// fakeNginx is the data plane: -t, reload and self-test outcomes follow the
 // markers in the config files, as a real nginx follows their content.
 type fakeNginx struct {
 	live        string // the live main config's path
@@ -80,7 +96,10 @@ type fakeNginx struct {
 	running     bool
 	restartErr  error
 	activations int
-	probes      int
+	selfTests   int
+	// policyParses counts the template policy's nginx parses; tests counts
+	// nginx -t of live configs.
+	policyParses, tests int
 }
 
 func (n *fakeNginx) Usable() error { return n.usable }
@@ -100,12 +119,24 @@ func (n *fakeNginx) Workers(_ string, fallback bool) (osuser.Identity, error) {
 	return osuser.Identity{User: "root", Group: "root", Why: "test"}, nil
 }
 func (n *fakeNginx) Test(_ context.Context, conf string) error {
+	n.tests++
 	b, err := os.ReadFile(conf)
 	if err != nil {
 		return err
 	}
 	if strings.Contains(string(b), brokenMark) {
 		return errors.New("nginx -t: [emerg] unknown directive")
+	}
+	return nil
+}
+func (n *fakeNginx) PolicyParse(_ context.Context, conf string) error {
+	n.policyParses++
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(string(b), hiddenMark) {
+		return errors.New(`nginx -t of the policy parse: exit status 1: nginx: [emerg] unknown directive "content_By_Lua_block" in /x/main.conf:3`)
 	}
 	return nil
 }
@@ -125,12 +156,13 @@ func (n *fakeNginx) Restart(context.Context) error {
 	n.running = true
 	return nil
 }
-func (n *fakeNginx) Running() bool  { return n.running }
-func (n *fakeNginx) LogMark() int64 { return 0 }
+func (n *fakeNginx) Running() bool            { return n.running }
+func (n *fakeNginx) LogMark() int64           { return 0 }
+func (n *fakeNginx) Handover(context.Context) {}
 func (n *fakeNginx) SelfTest(context.Context, int64) error {
-	n.probes++
-	if n.liveHas(probeFailMark) {
-		return fmt.Errorf("%w: GET answered 500: load cannot open /lua/waf/check.lua: Permission denied", nginx.ErrProbe)
+	n.selfTests++
+	if n.liveHas(selfTestFailMark) {
+		return fmt.Errorf("%w: GET answered 500: load cannot open /lua/waf/check.lua: Permission denied", nginx.ErrSelfTest)
 	}
 	return nil
 }
@@ -163,6 +195,9 @@ func newRig(t *testing.T) *rig {
 		LuaDir: dd + "/etc/nginx/lua", OpenRestyLuaDir: dd + "/etc/nginx/lua",
 		RuntimeConfigDir: dd + "/etc/openflare", PagesDir: dd + "/var/lib/openflare/pages",
 		ObservabilityPort: 18081,
+		HTTPErrorLog:      dd + "/var/log/openflare/http-error.log",
+		SelfTestDir:       dd + "/var/run/selftest",
+		EmptyDir:          dd + "/var/empty",
 	}
 	stateDir := dd + "/var/lib/openflare"
 	store, err := state.Open(filepath.Join(stateDir, "agent-state.json"), nil)
@@ -172,12 +207,14 @@ func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cp: &fakeCP{}, ng: &fakeNginx{live: p.Main}, now: time.Unix(1_800_000_000, 0), dir: dir, paths: p}
 	r.e = &Engine{
 		CP: r.cp, Nginx: r.ng, Store: store, Paths: p,
-		Tree:      landing.Tree{Paths: p, DataDir: dd, StateDir: stateDir},
-		Fallback:  "# safe fallback\nevents {}\nhttp {\n}\n",
-		BackupDir: filepath.Join(stateDir, "apply-backup"),
-		Log:       slog.New(slog.DiscardHandler),
-		Now:       func() time.Time { return r.now },
-		IPGroups:  func(_ context.Context, ids []uint64) { r.ipg = append(r.ipg, ids) },
+		Tree:                 landing.Tree{Paths: p, DataDir: dd, StateDir: stateDir},
+		Fallback:             "# safe fallback\nevents {}\nhttp {\n}\n",
+		BackupDir:            filepath.Join(stateDir, "apply-backup"),
+		ParseDir:             filepath.Join(stateDir, "policy-probe"),
+		StageDir:             filepath.Join(stateDir, "support-stage"),
+		Log:                  slog.New(slog.DiscardHandler),
+		Now:                  func() time.Time { return r.now },
+		OnIPGroupsReferenced: func(_ context.Context, ids []uint64) { r.ipg = append(r.ipg, ids) },
 	}
 	return r
 }
@@ -186,8 +223,14 @@ func newRig(t *testing.T) *rig {
 // whose one route proxies name.test; ids are the IP groups its WAF uses.
 func version(t *testing.T, v, name string, marks string, ids ...uint64) protocol.ActiveConfig {
 	t.Helper()
+	return versionTo(t, v, name, "http://127.0.0.1:9/"+name, marks, ids...)
+}
+
+// versionTo is version with its route proxying to origin.
+func versionTo(t *testing.T, v, name, origin string, marks string, ids ...uint64) protocol.ActiveConfig {
+	t.Helper()
 	src := tcp.Source{
-		Routes:    []tcp.Route{{ID: 1, SiteName: "s1", Domains: []string{name + ".test"}, OriginURL: "http://127.0.0.1:9/" + name}},
+		Routes:    []tcp.Route{{ID: 1, SiteName: "s1", Domains: []string{name + ".test"}, OriginURL: origin}},
 		OpenResty: map[string]any{"main_config_template": "events {}\nhttp {\n" + marks + "\n    include {{OpenRestyRouteConfigInclude}};\n}\n", "origin_error_page_enabled": false},
 	}
 	if len(ids) > 0 {
@@ -238,8 +281,8 @@ func TestApplyAndSkipCurrent(t *testing.T) {
 	if l := r.cp.lastLog(t); l.Result != protocol.ResultSuccess || l.Version != "v1" || l.Checksum != v1.Checksum {
 		t.Fatalf("apply log %+v", l)
 	}
-	if !r.ng.running || r.ng.probes != 1 || len(r.ipg) != 1 || !slices.Equal(r.ipg[0], []uint64{3, 7}) {
-		t.Fatalf("running %v probes %d ip groups %v", r.ng.running, r.ng.probes, r.ipg)
+	if !r.ng.running || r.ng.selfTests != 1 || len(r.ipg) != 1 || !slices.Equal(r.ipg[0], []uint64{3, 7}) {
+		t.Fatalf("running %v self-tests %d ip groups %v", r.ng.running, r.ng.selfTests, r.ipg)
 	}
 	if !strings.Contains(testsupport.ReadFile(t, r.paths.Route), "one.test") {
 		t.Fatal("route config not landed")
@@ -279,8 +322,8 @@ func TestFailuresRollBack(t *testing.T) {
 		{"-t fails, v1 keeps serving", "v1", brokenMark, protocol.ResultWarning, true, "v1", "one.test", "rolled back to previous config: apply version v2: nginx -t"},
 		{"first deployment bad: fallback", "", brokenMark, protocol.ResultWarning, true, "", "safe fallback", "fallback runtime started"},
 		{"reload fails: backup restored", "v1", reloadFailMark, protocol.ResultWarning, true, "v1", "one.test", "rolled back to previous config"},
-		{"probe fails: restored, held, not blocked", "v1", probeFailMark, protocol.ResultFailed, false, "v1", "one.test", "Permission denied"},
-		{"probe fails on first deployment: nothing to restore", "", probeFailMark, protocol.ResultFailed, false, "", "", "data-plane probe failed"},
+		{"self-test fails: restored, held, not blocked", "v1", selfTestFailMark, protocol.ResultFailed, false, "v1", "one.test", "Permission denied"},
+		{"self-test fails on first deployment: nothing to restore", "", selfTestFailMark, protocol.ResultFailed, false, "", "", "data-plane self-test failed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -492,18 +535,18 @@ func TestBoot(t *testing.T) {
 			t.Fatal("Down true while running")
 		}
 	})
-	t.Run("probes what an older agent left running", func(t *testing.T) {
+	t.Run("self-tests what an older agent left running", func(t *testing.T) {
 		r := newRig(t)
 		if err := r.publish(version(t, "v1", "one", ""), Normal); err != nil {
 			t.Fatal(err)
 		}
 		// The files break under the running nginx.
-		os.WriteFile(r.paths.Main, []byte(r.liveMain()+"\n"+probeFailMark+"\n"), 0o640)
+		os.WriteFile(r.paths.Main, []byte(r.liveMain()+"\n"+selfTestFailMark+"\n"), 0o640)
 		if err := r.e.Boot(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if st := r.state(); !strings.Contains(st.ProbeError, "Permission denied") {
-			t.Fatalf("probe error %q", st.ProbeError)
+		if st := r.state(); !strings.Contains(st.SelfTestError, "Permission denied") {
+			t.Fatalf("self-test error %q", st.SelfTestError)
 		}
 	})
 	t.Run("landed config broken, nothing running: fallback", func(t *testing.T) {
@@ -520,16 +563,16 @@ func TestBoot(t *testing.T) {
 			t.Fatalf("fallback not started: %q %+v", r.liveMain(), r.state())
 		}
 	})
-	t.Run("landed config fails its probe at start: no fallback", func(t *testing.T) {
+	t.Run("landed config fails its self-test at start: no fallback", func(t *testing.T) {
 		r := newRig(t)
-		if err := r.publish(version(t, "v1", "one", probeFailMark), Normal); err == nil {
-			t.Fatal("probe failure not reported")
+		if err := r.publish(version(t, "v1", "one", selfTestFailMark), Normal); err == nil {
+			t.Fatal("self-test failure not reported")
 		}
 		r.ng.running = false
 		os.MkdirAll(filepath.Dir(r.paths.Main), 0o755)
-		os.WriteFile(r.paths.Main, []byte("http {\n"+probeFailMark+"\n}\n"), 0o640)
+		os.WriteFile(r.paths.Main, []byte("http {\n"+selfTestFailMark+"\n}\n"), 0o640)
 		err := r.e.Boot(context.Background())
-		if !errors.Is(err, nginx.ErrProbe) || strings.Contains(r.liveMain(), "safe fallback") {
+		if !errors.Is(err, nginx.ErrSelfTest) || strings.Contains(r.liveMain(), "safe fallback") {
 			t.Fatalf("boot: %v\n%s", err, r.liveMain())
 		}
 	})
@@ -568,27 +611,40 @@ func TestBoot(t *testing.T) {
 	})
 }
 
+// A restart the server asked for that fails is kept as RestartError (the
+// beat reports the node unhealthy from it), survives the applies that
+// follow, and goes with the next restart that succeeds. The node is never
+// left dark by it.
 func TestRestart(t *testing.T) {
 	r := newRig(t)
-	if err := r.e.Restart(context.Background()); err == nil || !strings.Contains(err.Error(), "no landed config") {
-		t.Fatalf("restart with nothing landed: %v", err)
+	if err := r.e.Restart(context.Background()); err == nil || !strings.Contains(r.state().RestartError, "no landed config") {
+		t.Fatalf("restart with nothing landed: %v, recorded %q", err, r.state().RestartError)
 	}
-	if err := r.publish(version(t, "v1", "one", ""), Normal); err != nil {
+	v1 := version(t, "v1", "one", "")
+	if err := r.publish(v1, Normal); err != nil {
 		t.Fatal(err)
 	}
-	probes := r.ng.probes
-	if err := r.e.Restart(context.Background()); err != nil || r.ng.probes != probes+1 {
-		t.Fatalf("restart: %v, probes %d→%d", err, probes, r.ng.probes)
+	selfTests := r.ng.selfTests
+	if err := r.e.Restart(context.Background()); err != nil || r.ng.selfTests != selfTests+1 || r.state().RestartError != "" {
+		t.Fatalf("restart: %v, self-tests %d→%d, recorded %q", err, selfTests, r.ng.selfTests, r.state().RestartError)
 	}
 	// The new master does not come up: never left dark.
 	r.ng.restartErr = errors.New("bind failed")
 	err := r.e.Restart(context.Background())
-	if err == nil || !r.ng.running || !strings.Contains(r.state().LastError, "nginx restart") {
-		t.Fatalf("restart failure: %v, running %v", err, r.ng.running)
+	if st := r.state(); err == nil || !r.ng.running || !strings.Contains(st.RestartError, "nginx restart failed: bind failed") || st.LastError != "" {
+		t.Fatalf("restart failure: %v, running %v, state %+v", err, r.ng.running, st)
+	}
+	// An up-to-date sync clears last_error, not the failed restart.
+	if err := r.publish(v1, Normal); err != nil || r.state().RestartError == "" {
+		t.Fatalf("the failed restart was forgotten by a sync: %v, %+v", err, r.state())
+	}
+	r.ng.restartErr = nil
+	if err := r.e.Restart(context.Background()); err != nil || r.state().RestartError != "" {
+		t.Fatalf("a successful restart left %q (%v)", r.state().RestartError, err)
 	}
 	r.ng.usable = fmt.Errorf("%w: gone", nginx.ErrUnusable)
-	if err := r.e.Restart(context.Background()); err == nil {
-		t.Fatal("restart without a usable nginx succeeded")
+	if err := r.e.Restart(context.Background()); err == nil || !strings.Contains(r.state().RestartError, "gone") {
+		t.Fatalf("restart without a usable nginx: %v, recorded %q", err, r.state().RestartError)
 	}
 	if err := r.e.Ensure(context.Background()); err == nil {
 		t.Fatal("ensure without a usable nginx succeeded")
@@ -706,5 +762,67 @@ func TestFetchBackOffPerVersion(t *testing.T) {
 	r.e.Apply(context.Background(), y, Normal)
 	if r.cp.fetches != 2 {
 		t.Fatal("a new version waited for the old one's back-off")
+	}
+}
+
+// A version whose main config nginx reads differently from the policy
+// (nginx's parse finds a directive of reach the policy did not accept) is
+// refused before anything lands or nginx tests it: held, not blocklisted,
+// the previous version serving, the parse's files gone.
+func TestPolicyParseRefusal(t *testing.T) {
+	r := newRig(t)
+	v1 := version(t, "v1", "one", "")
+	if err := r.publish(v1, Normal); err != nil {
+		t.Fatal(err)
+	}
+	live, tests := r.liveMain(), r.ng.tests
+	v2 := version(t, "v2", "two", hiddenMark)
+	err := r.publish(v2, Normal)
+	if err == nil || !strings.Contains(err.Error(), `nginx reads a directive "content_by_lua_block"`) || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("apply: %v", err)
+	}
+	if r.liveMain() != live || r.ng.tests != tests {
+		t.Fatalf("the refused version reached the live tree or nginx -t (%d tests)", r.ng.tests-tests)
+	}
+	st := r.state()
+	if st.Current != ref(v1) || st.Blocked == ref(v2) || !strings.Contains(st.LastError, "template policy") {
+		t.Fatalf("state %+v", st)
+	}
+	if l := r.cp.lastLog(t); l.Version != "v2" || l.Result == protocol.ResultSuccess {
+		t.Fatalf("apply log %+v", l)
+	}
+	if _, err := os.Stat(r.e.ParseDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("parse copy left behind: %v", err)
+	}
+	// Held: the same version is not tried again until the agent restarts.
+	parses := r.ng.policyParses
+	if err := r.publish(v2, Normal); err != nil || r.ng.policyParses != parses {
+		t.Fatalf("held version parsed again (%v)", err)
+	}
+}
+
+// A version that proxies to a cloud metadata address is refused before
+// anything lands, unless the owner allows such origins; a name the
+// resolver maps there is refused too.
+func TestLinkLocalOriginRefused(t *testing.T) {
+	r := newRig(t)
+	v1 := version(t, "v1", "one", "")
+	if err := r.publish(v1, Normal); err != nil {
+		t.Fatal(err)
+	}
+	live := r.liveMain()
+	err := r.publish(versionTo(t, "v2", "two", "http://169.254.169.254/latest/meta-data/", ""), Normal)
+	if err == nil || !strings.Contains(err.Error(), "169.254.169.254") || !strings.Contains(err.Error(), "link-local") || r.liveMain() != live {
+		t.Fatalf("apply: %v", err)
+	}
+	r.e.Resolve = func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
+	}
+	if err := r.publish(versionTo(t, "v3", "three", "http://metadata.example/", ""), Normal); err == nil || !strings.Contains(err.Error(), "resolves to 169.254.169.254") {
+		t.Fatalf("apply of a name resolving to metadata: %v", err)
+	}
+	r.e.Policy.AllowLinkLocalOrigins = true
+	if err := r.publish(versionTo(t, "v4", "four", "http://169.254.1.1:8080/", ""), Normal); err != nil {
+		t.Fatalf("allowed link-local origin refused: %v", err)
 	}
 }

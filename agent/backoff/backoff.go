@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// Backoff yields growing, jittered delays between Min and Max.
+// Backoff yields growing, jittered delays between Min and Max. With Min
+// equal to Max it is a steady pace: uniform over [Max/2, Max], 3/4·Max on
+// average, so a retry never comes sooner than Max/2 nor later than Max.
 type Backoff struct {
 	Min, Max time.Duration
 	attempt  int

@@ -2,25 +2,23 @@ package command
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
+	"openflare/agent/config"
+	"openflare/agent/landing"
+	"openflare/agent/nginx"
+	"openflare/internal/cliflag"
 )
 
 // loadConfig parses a command's flags (-config) and loads agent.json; a nil
 // config comes with the exit code. warn prints the load's warnings.
 func loadConfig(name, configPath string, args []string, stderr io.Writer, warn bool) (*config.Config, string, int) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliflag.New(name, stderr)
 	fs.StringVar(&configPath, "config", configPath, "path of agent.json")
 	if err := fs.Parse(args); err != nil {
-		return nil, configPath, 2
+		return nil, configPath, ExitUsage
 	}
 	cfg, warnings, err := config.Load(configPath, os.Getenv)
 	for _, w := range warnings {
@@ -43,8 +41,11 @@ func Check(configPath string, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	fmt.Fprintf(stdout, "configuration (%s):\n%s", configPath, cfg.Describe())
+	// The daemon's layout, as agent.New takes it: check inspects the files
+	// the daemon writes.
+	layout := cfg.Layout()
 	paths := landing.FromConfig(cfg)
-	files := nginx.Files{MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog, ProbeURL: paths.ProbeURL()}
+	files := nginx.Files{MainConfig: paths.Main, PIDFile: paths.PID, ErrorLog: paths.ErrorLog}
 	node, err := nginx.Open(context.Background(), cfg.OpenRestyPath, cfg.NginxUser, files, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
@@ -62,7 +63,7 @@ func Check(configPath string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "nginx workers: %s (%s)\n", workers, workers.Why)
-	tree := landing.Tree{Paths: paths, DataDir: cfg.DataDir, StateDir: filepath.Dir(cfg.StatePath)}
+	tree := landing.Tree{Paths: paths, DataDir: layout.DataDir, StateDir: layout.StateDir}
 	failed := false
 	for _, p := range tree.Unreadable(workers) {
 		if p.Fixed {

@@ -1,6 +1,7 @@
 // Package command holds the one-shot commands of the binary: check,
-// status and render. Each reads local files (and, for check, runs the
-// nginx binary's -V and -t) and changes nothing on the node.
+// status and render, which read local files (and, for check, run the
+// nginx binary's -V and -t) and change nothing on the node, and join,
+// which writes a packaged node's first agent.json.
 package command
 
 // ExitUsage is the exit status of a usage error: EX_USAGE from sysexits.h.

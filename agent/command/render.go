@@ -3,23 +3,22 @@ package command
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
+	"openflare/agent/landing"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/internal/cliflag"
 )
 
 // Render renders an E4 reply (its data object or the whole envelope)
 // into DIR: nginx.conf and openflare_routes.conf with placeholders intact,
 // as the server checksums them, and the support files under files/.
 func Render(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("render", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliflag.New("render", stderr)
 	snapshot := fs.String("snapshot", "", "E4 reply (JSON) to render")
 	out := fs.String("out", "", "directory to write the rendered files to")
 	if err := fs.Parse(args); err != nil {

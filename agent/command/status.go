@@ -9,15 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/config"
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/state"
+	"openflare/agent/config"
+	"openflare/agent/ipgroups"
+	"openflare/agent/nginx"
+	"openflare/agent/state"
 )
 
-// describe tells the node's state from local files only, so it works with
-// the server down and while another agent process runs. It changes nothing.
 // Status prints the node's state from local files only.
 func Status(configPath string, args []string, stdout, stderr io.Writer) int {
 	cfg, _, code := loadConfig("status", configPath, args, stderr, false)
@@ -28,14 +25,17 @@ func Status(configPath string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// describe tells the node's state from local files only, so it works with
+// the server down and while another agent process runs. It changes nothing.
 func describe(cfg *config.Config, now time.Time) string {
 	var b strings.Builder
 	row := func(k, format string, args ...any) {
 		fmt.Fprintf(&b, "%-18s %s\n", k+":", fmt.Sprintf(format, args...))
 	}
 	row("config", "%s", cfg.Path)
+	files := cfg.Layout()
 	var st state.State
-	if err := state.ReadJSON(cfg.StatePath, &st); err != nil {
+	if err := state.ReadJSON(files.State, &st); err != nil {
 		row("state", "unreadable: %v", err)
 	}
 	if st.Current.Version == "" {
@@ -50,8 +50,7 @@ func describe(cfg *config.Config, now time.Time) string {
 	}
 	row("last error", "%s", orNone(st.LastError))
 
-	paths := landing.FromConfig(cfg)
-	ctl := &nginx.Ctl{PIDFile: paths.PID}
+	ctl := &nginx.Ctl{PIDFile: files.PID}
 	health := orNone(st.OpenRestyStatus)
 	if st.OpenRestyMessage != "" {
 		health += ": " + st.OpenRestyMessage
@@ -59,13 +58,13 @@ func describe(cfg *config.Config, now time.Time) string {
 	if pid := ctl.MasterPID(); pid != 0 {
 		row("nginx", "running, master pid %d, %d workers (last health %s)", pid, len(nginx.WorkerPIDs(pid)), health)
 	} else {
-		row("nginx", "not running (pid file %s; last health %s)", paths.PID, health)
+		row("nginx", "not running (pid file %s; last health %s)", files.PID, health)
 	}
 	row("nginx workers", "%s", orNone(st.Workers))
-	if st.ProbeError != "" {
-		row("self-probe", "FAILED: %s", st.ProbeError)
+	if st.SelfTestError != "" {
+		row("self-test", "FAILED: %s", st.SelfTestError)
 	} else {
-		row("self-probe", "passed (or not run yet)")
+		row("self-test", "passed (or not run yet)")
 	}
 
 	if st.LastHeartbeatUnix == 0 {
@@ -75,7 +74,7 @@ func describe(cfg *config.Config, now time.Time) string {
 		row("last heartbeat", "%s (%s ago) over %s", at.UTC().Format(time.RFC3339), now.Sub(at).Round(time.Second), channelName(st.Channel))
 	}
 
-	sums, err := ipgroups.ReadChecksums(cfg.RuntimeConfigDir)
+	sums, err := ipgroups.ReadChecksums(files.RuntimeConfigDir)
 	switch {
 	case err != nil:
 		row("ip groups", "unreadable: %v", err)
@@ -97,7 +96,7 @@ func describe(cfg *config.Config, now time.Time) string {
 			fmt.Fprintf(&b, "%-18s group %s: %s\n", k+strings.Repeat(":", min(len(k), 1)), id, sums[id])
 		}
 	}
-	releases := pagesReleases(cfg.PagesDir)
+	releases := pagesReleases(files.PagesDir)
 	if len(releases) == 0 {
 		row("pages releases", "none")
 	}

@@ -65,6 +65,13 @@ type Config struct {
 	// it, which keeps the agent small on a 128 MiB router. A GOMEMLIMIT
 	// environment variable takes precedence.
 	MemoryLimit int64
+	// LogMaxBytes is the size past which nginx's access and error logs
+	// are rotated, and LogKeep how many rotated files of each are kept (0:
+	// an error log is emptied in place instead). Not upstream keys: a
+	// client that makes nginx log (long URIs to a failing origin) must not
+	// fill the disk, and on a router /var is RAM.
+	LogMaxBytes int64
+	LogKeep     int
 	// NginxUser is who the nginx workers run as when the agent is root
 	// ("user", "user:group"; not an upstream key). Empty: the template's
 	// user if it exists and is not root, else a system fallback.
@@ -75,6 +82,12 @@ type Config struct {
 	// besides the agent's tree. Neither is an upstream key.
 	TemplatePolicy string
 	AllowedPaths   []string
+	// AllowLinkLocalOrigins lets a strict policy pass origins on
+	// link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10,
+	// fd00:ec2::254), refused by default: a server that routed a public
+	// domain there would read the instance's cloud credentials. Not an
+	// upstream key.
+	AllowLinkLocalOrigins bool
 
 	// Self-update (PROTOCOL 10; none of these are upstream keys).
 	// UpdateRepo is the only GitHub owner/name releases come from, whatever
@@ -111,6 +124,16 @@ const (
 	DefaultUpdateConfirmTimeout = 10 * time.Minute
 )
 
+// DefaultLogMaxBytes and DefaultLogKeep suit a 128 MiB router whose /var is
+// a RAM disk: an error log and its copies take at most 12 MiB, the access
+// log 24 MiB while the control plane is behind (it may grow to twice the
+// size before it is moved away unread), and the access lines have reached
+// the control plane long before they are dropped.
+const (
+	DefaultLogMaxBytes = 4 << 20
+	DefaultLogKeep     = 2
+)
+
 // file mirrors agent.json. Pointers tell "absent" from "zero"; durations are
 // raw so both forms (integer ms, Go duration string) can be read.
 type file struct {
@@ -143,9 +166,12 @@ type file struct {
 	HeartbeatInterval          json.RawMessage `json:"heartbeat_interval"`
 	RequestTimeout             json.RawMessage `json:"request_timeout"`
 	MemoryLimit                json.RawMessage `json:"memory_limit"`
+	LogMaxBytes                json.RawMessage `json:"log_max_bytes"`
+	LogKeep                    json.RawMessage `json:"log_keep"`
 	NginxUser                  *string         `json:"nginx_user"`
 	TemplatePolicy             *string         `json:"template_policy"`
 	AllowedPaths               []string        `json:"allowed_paths"`
+	AllowLinkLocalOrigins      *bool           `json:"allow_link_local_origins"`
 	UpdateRepo                 *string         `json:"update_repo"`
 	UpdateAPIURL               *string         `json:"update_api_url"`
 	UpdatePublicKey            *string         `json:"update_public_key"`
@@ -294,29 +320,29 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(filepath.Dir(path), "data")
 	}
-	dd := func(p *string, envKey string, def ...string) string {
+	dd := func(p *string, envKey, def string) string {
 		if v := str(p, envKey); v != "" {
 			return v
 		}
-		return filepath.Join(append([]string{c.DataDir}, def...)...)
+		return filepath.Join(c.DataDir, def)
 	}
-	c.MainConfigPath = dd(f.MainConfigPath, "", "etc", "nginx", "nginx.conf")
-	c.RouteConfigPath = dd(f.RouteConfigPath, "", "etc", "nginx", "conf.d", "openflare_routes.conf")
-	c.AccessLogPath = dd(f.AccessLogPath, "", "var", "log", "openflare", "access.log")
-	c.CertDir = dd(f.CertDir, "", "etc", "nginx", "certs")
+	c.MainConfigPath = dd(f.MainConfigPath, "", "etc/nginx/nginx.conf")
+	c.RouteConfigPath = dd(f.RouteConfigPath, "", "etc/nginx/conf.d/openflare_routes.conf")
+	c.AccessLogPath = dd(f.AccessLogPath, "", "var/log/openflare/access.log")
+	c.CertDir = dd(f.CertDir, "", "etc/nginx/certs")
 	c.OpenRestyCertDir = str(f.OpenRestyCertDir, "")
 	if c.OpenRestyCertDir == "" {
 		c.OpenRestyCertDir = c.CertDir
 	}
-	c.LuaDir = dd(f.LuaDir, "", "etc", "nginx", "lua")
+	c.LuaDir = dd(f.LuaDir, "", "etc/nginx/lua")
 	c.OpenRestyLuaDir = str(f.OpenRestyLuaDir, "")
 	if c.OpenRestyLuaDir == "" {
 		c.OpenRestyLuaDir = c.LuaDir
 	}
-	c.RuntimeConfigDir = dd(f.RuntimeConfigDir, "", "etc", "openflare")
-	c.PagesDir = dd(f.PagesDir, "OPENFLARE_PAGES_DIR", "var", "lib", "openflare", "pages")
-	c.MMDBPath = dd(f.MMDBPath, "OPENFLARE_MMDB_PATH", "etc", "openflare", "GeoLite2-Country.mmdb")
-	c.CityMMDBPath = dd(f.CityMMDBPath, "OPENFLARE_CITY_MMDB_PATH", "etc", "openflare", "GeoLite2-City.mmdb")
+	c.RuntimeConfigDir = dd(f.RuntimeConfigDir, "", "etc/openflare")
+	c.PagesDir = dd(f.PagesDir, "OPENFLARE_PAGES_DIR", "var/lib/openflare/pages")
+	c.MMDBPath = dd(f.MMDBPath, "OPENFLARE_MMDB_PATH", "etc/openflare/GeoLite2-Country.mmdb")
+	c.CityMMDBPath = dd(f.CityMMDBPath, "OPENFLARE_CITY_MMDB_PATH", "etc/openflare/GeoLite2-City.mmdb")
 	c.MMDBDownloadURL = str(f.MMDBDownloadURL, "OPENFLARE_MMDB_DOWNLOAD_URL")
 	if c.MMDBDownloadURL == "" {
 		c.MMDBDownloadURL = DefaultMMDBDownloadURL
@@ -325,8 +351,8 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 	if c.CityMMDBDownloadURL == "" {
 		c.CityMMDBDownloadURL = DefaultCityMMDBDownloadURL
 	}
-	c.ObservabilityBufferPath = dd(f.ObservabilityBufferPath, "", "var", "lib", "openflare", "observability-buffer.json")
-	c.StatePath = dd(f.StatePath, "", "var", "lib", "openflare", "agent-state.json")
+	c.ObservabilityBufferPath = dd(f.ObservabilityBufferPath, "", "var/lib/openflare/observability-buffer.json")
+	c.StatePath = dd(f.StatePath, "", "var/lib/openflare/agent-state.json")
 
 	durations := []struct {
 		key, envKey string
@@ -376,11 +402,28 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 	}
 	c.ObservabilityReplayMinutes = int(minutes)
 
-	limit, err := sizeValue(f.MemoryLimit)
+	limit, err := sizeValue(f.MemoryLimit, DefaultMemoryLimit, 4<<20)
 	if err != nil {
 		return nil, fmt.Errorf("key %q: %w", "memory_limit", err)
 	}
 	c.MemoryLimit = limit
+	// No environment overrides: like memory_limit, the node's own limits.
+	// Below 64 KiB a log would turn over every second under any traffic.
+	if c.LogMaxBytes, err = sizeValue(f.LogMaxBytes, DefaultLogMaxBytes, 64<<10); err != nil {
+		return nil, fmt.Errorf("key %q: %w", "log_max_bytes", err)
+	}
+	keep, set, err := intValue(f.LogKeep, "", env)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", "log_keep", err)
+	}
+	if !set {
+		keep = DefaultLogKeep
+	}
+	// Every rotated file is looked at on every check.
+	if keep < 0 || keep > 100 {
+		return nil, fmt.Errorf("key %q: must be 0-100, got %d", "log_keep", keep)
+	}
+	c.LogKeep = int(keep)
 	c.TemplatePolicy = str(f.TemplatePolicy, "")
 	switch c.TemplatePolicy {
 	case "":
@@ -395,6 +438,9 @@ func resolve(path string, f *file, getenv func(string) string) (*Config, error) 
 		}
 		c.AllowedPaths = append(c.AllowedPaths, filepath.Clean(p))
 	}
+	// No environment override, as for the other policy keys: what a
+	// server config may do is for the node's own agent.json.
+	c.AllowLinkLocalOrigins = f.AllowLinkLocalOrigins != nil && *f.AllowLinkLocalOrigins
 	c.NginxUser = str(f.NginxUser, "")
 	if strings.ContainsAny(c.NginxUser, ";{}#\"'\n\\") {
 		return nil, fmt.Errorf("key %q: %q is not a user name or user:group", "nginx_user", c.NginxUser)
@@ -576,12 +622,12 @@ func intValue(raw json.RawMessage, envKey string, env func(string) (string, bool
 	return n, true, nil
 }
 
-// sizeValue reads a byte count: a JSON integer, or a string with an
-// optional KiB/MiB/GiB (or K/M/G) suffix. Absent means the default.
-func sizeValue(raw json.RawMessage) (int64, error) {
+// sizeValue reads a byte count of at least min: a JSON integer, or a
+// string with an optional KiB/MiB/GiB (or K/M/G) suffix. Absent means def.
+func sizeValue(raw json.RawMessage, def, min int64) (int64, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return DefaultMemoryLimit, nil
+		return def, nil
 	}
 	s := string(raw)
 	if raw[0] == '"' {
@@ -604,10 +650,22 @@ func sizeValue(raw json.RawMessage) (int64, error) {
 	if err != nil || n < 0 || n > (1<<62)/mult {
 		return 0, fmt.Errorf("%q is not a size like 33554432 or \"32MiB\"", s)
 	}
-	if n*mult < 4<<20 {
-		return 0, fmt.Errorf("%s is below the 4 MiB minimum", s)
+	if n*mult < min {
+		return 0, fmt.Errorf("%s is below the %s minimum", s, sizeText(min))
 	}
 	return n * mult, nil
+}
+
+// sizeText writes a byte count the way agent.json may give it: in MiB or
+// KiB when it is a whole number of them.
+func sizeText(n int64) string {
+	switch {
+	case n != 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n != 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // parseResolvers accepts a list or a whitespace/comma separated string and

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,6 +277,77 @@ func TestSelfUpdateKeys(t *testing.T) {
 		_, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x",`+body+`}`), noEnv)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", body, err, want)
+		}
+	}
+}
+
+func TestAllowLinkLocalOrigins(t *testing.T) {
+	for body, want := range map[string]bool{
+		``:                                  false,
+		`,"allow_link_local_origins":false`: false,
+		`,"allow_link_local_origins":null`:  false,
+		`,"allow_link_local_origins":true`:  true,
+	} {
+		c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"`+body+`}`), noEnv)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if c.AllowLinkLocalOrigins != want {
+			t.Errorf("%s: AllowLinkLocalOrigins %v, want %v", body, c.AllowLinkLocalOrigins, want)
+		}
+		if line := "allow_link_local_origins       " + fmt.Sprint(want) + "\n"; !strings.Contains(c.Describe(), line) {
+			t.Errorf("%s: Describe does not say %q:\n%s", body, line, c.Describe())
+		}
+	}
+	// Only agent.json decides it: no environment variable turns it on.
+	c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"}`), envOf(map[string]string{"OPENFLARE_ALLOW_LINK_LOCAL_ORIGINS": "true"}))
+	if err != nil || c.AllowLinkLocalOrigins {
+		t.Errorf("environment: %v %v", c, err)
+	}
+	_, _, err = Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x","allow_link_local_origins":"yes"}`), noEnv)
+	if err == nil || !strings.Contains(err.Error(), `key "allow_link_local_origins": expected bool, got JSON string`) {
+		t.Errorf("a string: %v", err)
+	}
+}
+
+func TestLogRotationKeys(t *testing.T) {
+	c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"}`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogMaxBytes != DefaultLogMaxBytes || c.LogKeep != DefaultLogKeep {
+		t.Errorf("defaults: log_max_bytes %d, log_keep %d", c.LogMaxBytes, c.LogKeep)
+	}
+	if d := c.Describe(); !strings.Contains(d, "log_max_bytes                  4 MiB\n") || !strings.Contains(d, "log_keep                       2\n") {
+		t.Errorf("Describe:\n%s", d)
+	}
+	for body, want := range map[string][2]int64{
+		`,"log_max_bytes":262144,"log_keep":0`:   {256 << 10, 0},
+		`,"log_max_bytes":"256KiB","log_keep":5`: {256 << 10, 5},
+		`,"log_max_bytes":"64 MiB"`:              {64 << 20, DefaultLogKeep},
+		`,"log_max_bytes":65536,"log_keep":100`:  {64 << 10, 100},
+	} {
+		c, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"`+body+`}`), noEnv)
+		if err != nil {
+			t.Errorf("%s: %v", body, err)
+			continue
+		}
+		if c.LogMaxBytes != want[0] || int64(c.LogKeep) != want[1] {
+			t.Errorf("%s: log_max_bytes %d, log_keep %d", body, c.LogMaxBytes, c.LogKeep)
+		}
+	}
+	for body, want := range map[string]string{
+		`,"log_max_bytes":65535`: `key "log_max_bytes": 65535 is below the 64 KiB minimum`,
+		`,"log_max_bytes":"big"`: `key "log_max_bytes": "big" is not a size`,
+		`,"log_max_bytes":-1`:    `key "log_max_bytes"`,
+		`,"log_keep":-1`:         `key "log_keep": must be 0-100, got -1`,
+		`,"log_keep":101`:        `key "log_keep": must be 0-100, got 101`,
+		`,"log_keep":"2"`:        `key "log_keep"`,
+		`,"memory_limit":"3MiB"`: `key "memory_limit": 3MiB is below the 4 MiB minimum`,
+	} {
+		_, _, err := Load(writeConfig(t, `{"server_url":"http://h","agent_token":"x"`+body+`}`), noEnv)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", body, err, want)
 		}
 	}
 }

@@ -72,9 +72,12 @@ func (c *Config) Describe() string {
 		{"heartbeat_interval", c.HeartbeatInterval.String()},
 		{"request_timeout", c.RequestTimeout.String()},
 		{"memory_limit", fmt.Sprintf("%d MiB", c.MemoryLimit>>20)},
+		{"log_max_bytes", sizeText(c.LogMaxBytes)},
+		{"log_keep", fmt.Sprint(c.LogKeep)},
 		{"nginx_user", nginxUser(c.NginxUser)},
 		{"template_policy", c.TemplatePolicy},
 		{"allowed_paths", strings.Join(c.AllowedPaths, " ")},
+		{"allow_link_local_origins", fmt.Sprint(c.AllowLinkLocalOrigins)},
 		{"update_repo", c.UpdateRepo},
 		{"update_api_url", c.UpdateAPIURL},
 		{"update_public_key", publicKey(c.UpdatePublicKey)},
@@ -96,7 +99,7 @@ func publicKey(k []byte) string {
 
 func nginxUser(u string) string {
 	if u == "" {
-		return "(template's user if it exists, else www-data or nobody)"
+		return "(template's user if it exists, else openflare-www, www-data or nobody)"
 	}
 	return u
 }

@@ -9,7 +9,7 @@ import (
 	"os"
 	"sort"
 
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/internal/atomicfile"
 )
 
 // PersistToken stores a node token in agent.json and clears discovery_token,

@@ -16,43 +16,44 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/jsonstream"
 )
 
 // Reply caps: bytes on the wire. What a reply may cost in memory is
-// bounded separately, by Budgets.
+// bounded separately, by Budgets. An E4 reply is mostly support files,
+// which stream to disk (landing.Stage: at most 256 MiB of them, sent as
+// JSON strings a few percent longer), beside a source_config_json within
+// Budgets.Active.
 const (
 	CapSmall     = 1 << 20
 	CapIPGroups  = 32 << 20
-	CapActive    = 64 << 20
+	CapActive    = 512 << 20
 	capErrorBody = 64 << 10
 )
 
 // Budgets bound the memory one reply may cost once decoded.
 type Budgets struct {
-	// Active caps the E4 reply, and any single value in it: a config is
-	// mostly one string (source_config_json), rendered afterwards into
-	// text about as large.
+	// Active bounds E4's source_config_json, the one large value an apply
+	// holds (it is parsed and rendered into text about as large), and each
+	// support file, which is held alone while it is staged to disk.
 	Active int64
-	// Entries bounds the IP-group entries one reply may hold once decoded
-	// (text plus a string header each); a group past it is rejected alone.
-	Entries int64
-	// Value bounds any other single JSON value (an error text, a setting).
+	// Value bounds any other single JSON value (an error text, a setting,
+	// an IP-group entry). IP groups and support files cost no more: they
+	// stream to disk (agent/ipgroups, landing.Stage), within the reply's
+	// cap.
 	Value int64
 }
 
 // BudgetsFor derives the budgets from the Go memory limit in force, so an
 // agent given 32 MiB stays within about 48 MiB of RSS whatever the server
-// sends: an E4 reply costs about four times its size while it is decoded,
-// parsed and rendered, and IP-group entries about three times theirs while
-// they are verified and landed.
+// sends: a config's source costs about four times its size while it is
+// decoded, parsed and rendered.
 func BudgetsFor(memoryLimit int64) Budgets {
 	return Budgets{
-		Active:  min(max(memoryLimit/4, 2<<20), CapActive),
-		Entries: min(max(memoryLimit/4, 1<<20), CapIPGroups),
-		Value:   1 << 20,
+		Active: min(max(memoryLimit/4, 2<<20), 64<<20),
+		Value:  1 << 20,
 	}
 }
 
@@ -71,8 +72,8 @@ type Client struct {
 	token string
 }
 
-// bodyAllowance is how long a large reply (an E4 config up to 64 MiB, IP
-// groups up to 20 MiB) may take to arrive once its headers did: one
+// bodyAllowance is how long a large reply (an E4 config of hundreds of
+// MiB of certificates, IP groups up to 20 MiB) may take to arrive once its headers did: one
 // request_timeout for everything (upstream's choice) fails large replies on
 // slow uplinks for ever.
 const bodyAllowance = 5 * time.Minute
@@ -97,7 +98,7 @@ func New(baseURL, token, agentVersion string, timeout time.Duration) *Client {
 		http: &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 			return fmt.Errorf("%w to %s://%s%s", ErrRedirect, req.URL.Scheme, req.URL.Host, req.URL.Path)
 		}},
-		agentUA: "openflare-agent/" + agentVersion,
+		agentUA: "openflare/" + agentVersion,
 		timeout: timeout,
 		token:   token,
 	}
@@ -155,18 +156,6 @@ var ErrRedirect = errors.New("the server answered with a redirect, not followed"
 // echoed in the next beat.
 const maxMessage = 512
 
-// bounded cuts s to at most max bytes (on a rune boundary) and marks the cut.
-func bounded(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (%d bytes cut)", len(s)-cut)
-}
-
 // ErrTooLarge marks a reply over its cap.
 var ErrTooLarge = errors.New("reply too large")
 
@@ -177,17 +166,21 @@ func (c *Client) Register(ctx context.Context, p *protocol.NodePayload) (protoco
 	return r, err
 }
 
-// Heartbeat is E2.
-func (c *Client) Heartbeat(ctx context.Context, p *protocol.NodePayload) (protocol.HeartbeatReply, error) {
+// Heartbeat is E2. The reply's waf_ip_groups array is handed to groups
+// (ipgroups.Batch.Decode) as it arrives, never decoded into memory whole;
+// nil skips it. The reply's WAFIPGroups stays empty.
+func (c *Client) Heartbeat(ctx context.Context, p *protocol.NodePayload, groups func(*json.Decoder) error) (protocol.HeartbeatReply, error) {
 	var r protocol.HeartbeatReply
-	err := c.do(ctx, "heartbeat", http.MethodPost, protocol.PathHeartbeat, p, &r, CapIPGroups)
+	err := c.do(ctx, "heartbeat", http.MethodPost, protocol.PathHeartbeat, p, heartbeatOut{&r, groups}, CapIPGroups)
 	return r, err
 }
 
-// ActiveConfig is E4.
-func (c *Client) ActiveConfig(ctx context.Context) (protocol.ActiveConfig, error) {
+// ActiveConfig is E4. Each support file is handed to files as it is
+// decoded (landing.Stage.Add), never held with the others; the reply's
+// SupportFiles stays empty.
+func (c *Client) ActiveConfig(ctx context.Context, files func(protocol.SupportFile) error) (protocol.ActiveConfig, error) {
 	var r protocol.ActiveConfig
-	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, &r, c.budgets().Active)
+	err := c.do(ctx, "active config", http.MethodGet, protocol.PathActive, nil, activeOut{&r, files, c.budgets().Active}, CapActive)
 	return r, err
 }
 
@@ -198,11 +191,10 @@ func (c *Client) ApplyLog(ctx context.Context, l *protocol.ApplyLog) (protocol.A
 	return r, err
 }
 
-// SyncIPGroups is E6.
-func (c *Client) SyncIPGroups(ctx context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
-	var r protocol.IPGroupSyncReply
-	err := c.do(ctx, "ip group sync", http.MethodPost, protocol.PathIPGroupSync, req, &r, CapIPGroups)
-	return r, err
+// SyncIPGroups is E6: the reply's groups array is handed to groups as it
+// arrives (ipgroups.Fetch).
+func (c *Client) SyncIPGroups(ctx context.Context, req *protocol.IPGroupSyncRequest, groups func(*json.Decoder) error) error {
+	return c.do(ctx, "ip group sync", http.MethodPost, protocol.PathIPGroupSync, req, syncOut{groups}, CapIPGroups)
 }
 
 // budgets returns the budgets in force.
@@ -210,9 +202,6 @@ func (c *Client) budgets() Budgets {
 	b := BudgetsFor(32 << 20)
 	if c.Budgets.Active > 0 {
 		b.Active = c.Budgets.Active
-	}
-	if c.Budgets.Entries > 0 {
-		b.Entries = c.Budgets.Entries
 	}
 	if c.Budgets.Value > 0 {
 		b.Value = c.Budgets.Value
@@ -256,27 +245,31 @@ func (c *Client) do(ctx context.Context, name, method, path string, in, out any,
 	if resp.StatusCode != http.StatusOK {
 		return &Error{Endpoint: name, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	}
-	budgets := c.budgets()
-	// E4 is mostly one string: its value budget is the whole reply's.
-	maxValue := budgets.Value
-	if limit > maxValue && path == protocol.PathActive {
-		maxValue = limit
-	}
-	reply := &budgetReader{r: resp.Body, left: limit, maxValue: maxValue}
-	errorMsg, err := newStream(reply, budgets.Entries).envelope(out)
+	reply := &budgetReader{r: resp.Body, left: limit, valueBudget: c.budgets().Value}
+	errorMsg, err := newStream(reply).envelope(out)
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
 	switch {
 	case reply.over:
 		return fmt.Errorf("%s: reply exceeds %s: %w", name, mib(limit), ErrTooLarge)
 	case reply.valueBig:
-		return fmt.Errorf("%s: reply holds a value over %s: %w", name, mib(maxValue), ErrValueTooLarge)
+		what := reply.what
+		if what == "" {
+			what = "a value"
+		}
+		return fmt.Errorf("%s: reply holds %s over %s: %w", name, what, mib(reply.maxValue), ErrValueTooLarge)
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) && reply.read > 0:
 		return fmt.Errorf("%s: read reply: %w", name, io.ErrUnexpectedEOF)
 	case err != nil && reply.err != nil:
 		return fmt.Errorf("%s: read reply: %w", name, reply.err)
-	case err != nil:
+	case errors.As(err, &syntax) || errors.As(err, &typeErr) || errors.Is(err, jsonstream.ErrShape):
 		return fmt.Errorf("%s: reply is not a JSON envelope: %w", name, err)
+	case err != nil:
+		// The IP groups' or support files' own failure (over a bound of
+		// theirs, a scratch file that cannot be written).
+		return fmt.Errorf("%s: %w", name, err)
 	case errorMsg != "":
-		return &Error{Endpoint: name, Status: resp.StatusCode, Message: bounded(errorMsg, maxMessage)}
+		return &Error{Endpoint: name, Status: resp.StatusCode, Message: protocol.Bound(errorMsg, maxMessage)}
 	}
 	return nil
 }
@@ -295,7 +288,7 @@ func errorMessage(r io.Reader) string {
 	data, _ := io.ReadAll(io.LimitReader(r, capErrorBody))
 	var env protocol.Envelope
 	if json.Unmarshal(data, &env) == nil {
-		return bounded(env.ErrorMsg, maxMessage)
+		return protocol.Bound(env.ErrorMsg, maxMessage)
 	}
 	return ""
 }

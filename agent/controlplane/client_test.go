@@ -2,19 +2,22 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/jsonstream"
 )
 
 const secret = "0123456789abcdef0123456789abcdef"
@@ -51,7 +54,7 @@ func TestRequestShape(t *testing.T) {
 		}
 		io.WriteString(w, `{"error_msg":"","data":{"agent_settings":{"heartbeat_interval":1500},"active_config":{"version":"20261129-001","checksum":"abc"}}}`)
 	})
-	r, err := c.Heartbeat(context.Background(), payload())
+	r, err := c.Heartbeat(context.Background(), payload(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func TestErrorReplies(t *testing.T) {
 				w.WriteHeader(tc.status)
 				io.WriteString(w, tc.body)
 			})
-			_, err := c.Heartbeat(context.Background(), payload())
+			_, err := c.Heartbeat(context.Background(), payload(), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -121,7 +124,7 @@ func TestTruncatedReply(t *testing.T) {
 		conn, _, _ := w.(http.Hijacker).Hijack()
 		conn.Close()
 	})
-	_, err := c.ActiveConfig(context.Background())
+	_, err := c.ActiveConfig(context.Background(), discard)
 	if err == nil || !strings.Contains(err.Error(), "active config: read reply: unexpected EOF") {
 		t.Fatalf("err = %v", err)
 	}
@@ -132,7 +135,7 @@ func TestDroppedConnection(t *testing.T) {
 		conn, _, _ := w.(http.Hijacker).Hijack()
 		conn.Close()
 	})
-	_, err := c.Heartbeat(context.Background(), payload())
+	_, err := c.Heartbeat(context.Background(), payload(), nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "heartbeat: ") {
 		t.Fatalf("err = %v", err)
 	}
@@ -156,7 +159,7 @@ func TestTimeout(t *testing.T) {
 	}()
 	c := New("http://"+ln.Addr().String(), secret, "test", 200*time.Millisecond)
 	start := time.Now()
-	_, err = c.Heartbeat(context.Background(), payload())
+	_, err = c.Heartbeat(context.Background(), payload(), nil)
 	if err == nil || time.Since(start) > 3*time.Second {
 		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
@@ -188,7 +191,7 @@ func TestRedirectsNotFollowed(t *testing.T) {
 		c := server(t, func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, thief.URL+r.URL.Path, code)
 		})
-		_, err := c.Heartbeat(context.Background(), payload())
+		_, err := c.Heartbeat(context.Background(), payload(), nil)
 		noSecret(t, err)
 		if !errors.Is(err, ErrRedirect) || !strings.Contains(err.Error(), thief.Listener.Addr().String()) {
 			t.Errorf("%d: err = %v", code, err)
@@ -210,7 +213,7 @@ func TestErrorMessageBounded(t *testing.T) {
 			w.WriteHeader(status)
 			w.Write([]byte(`{"success":false,"error_msg":"` + huge + `"}`))
 		})
-		_, err := c.Heartbeat(context.Background(), payload())
+		_, err := c.Heartbeat(context.Background(), payload(), nil)
 		var apiErr *Error
 		// A 200 carries the cut text; a non-200 body over 64 KiB is not
 		// read far enough to decode at all.
@@ -237,8 +240,8 @@ func TestValueBudget(t *testing.T) {
 		}
 		w.Write([]byte(`"}`))
 	})
-	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
-	_, err := c.Heartbeat(context.Background(), payload())
+	c.Budgets = Budgets{Active: 8 << 20, Value: 1 << 20}
+	_, err := c.Heartbeat(context.Background(), payload(), nil)
 	if !errors.Is(err, ErrValueTooLarge) || !strings.Contains(err.Error(), "heartbeat: reply holds a value over 1 MiB") {
 		t.Fatalf("err = %v", err)
 	}
@@ -247,114 +250,117 @@ func TestValueBudget(t *testing.T) {
 	c = server(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"data":{"version":"v1","checksum":"c","source_config_json":%q}}`, config)
 	})
-	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
-	got, err := c.ActiveConfig(context.Background())
+	c.Budgets = Budgets{Active: 8 << 20, Value: 1 << 20}
+	got, err := c.ActiveConfig(context.Background(), discard)
 	if err != nil || got.SourceConfigJSON != config {
 		t.Fatalf("6 MiB config under an 8 MiB budget: %d bytes, %v", len(got.SourceConfigJSON), err)
 	}
 	c.Budgets.Active = 4 << 20
-	if _, err := c.ActiveConfig(context.Background()); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "active config: reply exceeds 4 MiB") {
+	if _, err := c.ActiveConfig(context.Background(), discard); !errors.Is(err, ErrValueTooLarge) || !strings.Contains(err.Error(), "active config: reply holds source_config_json over 4 MiB") {
 		t.Fatalf("6 MiB config under a 4 MiB budget: %v", err)
 	}
 }
 
-// A group over the reply's entry budget is rejected alone; the reply, the
-// groups before and after it, and the rest of the heartbeat still decode.
-func TestEntryBudgetRejectsGroupAlone(t *testing.T) {
-	entries := func(n int) string {
-		var b strings.Builder
-		for i := 0; i < n; i++ {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `"10.%d.%d.%d"`, i>>16&0xff, i>>8&0xff, i&0xff)
-		}
-		return b.String()
-	}
+// discard takes support files and keeps nothing.
+func discard(protocol.SupportFile) error { return nil }
+
+// The reply's IP-group array goes to the caller's decoder as it arrives,
+// wherever it sits in the reply, and the rest of the reply still decodes;
+// E6's groups array too. Without a decoder the array is skipped.
+func TestIPGroupsHandedOn(t *testing.T) {
+	groups := `[{"id":1,"ip_list":["192.0.2.1"],"checksum":"a"},{"id":2}]`
 	c := server(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `{"data":{"active_config":{"version":"v9","checksum":"c9"},"waf_ip_groups":[`+
-			`{"id":1,"enabled":true,"ip_list":[%s],"checksum":"a"},`+
-			`{"id":2,"enabled":true,"ip_list":[%s],"checksum":"b"},`+
-			`{"id":3,"enabled":true,"ip_list":["192.0.2.1"],"checksum":"c"}]}}`, entries(1000), entries(100_000))
+		if r.URL.Path == protocol.PathIPGroupSync {
+			fmt.Fprintf(w, `{"error_msg":"","data":{"groups":%s,"extra":[1]}}`, groups)
+			return
+		}
+		fmt.Fprintf(w, `{"data":{"waf_ip_groups":%s,"active_config":{"version":"v9","checksum":"c9"},"agent_settings":{"heartbeat_interval":5000}}}`, groups)
 	})
-	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
-	r, err := c.Heartbeat(context.Background(), payload())
-	if err != nil {
-		t.Fatal(err)
+	var got []json.RawMessage
+	read := func(dec *json.Decoder) error {
+		got = got[:0]
+		return jsonstream.Array(dec, func() error {
+			var g json.RawMessage
+			if err := dec.Decode(&g); err != nil {
+				return err
+			}
+			got = append(got, g)
+			return nil
+		})
 	}
-	if r.ActiveConfig == nil || r.ActiveConfig.Version != "v9" || len(r.WAFIPGroups) != 3 {
-		t.Fatalf("reply: %+v", r.ActiveConfig)
+	r, err := c.Heartbeat(context.Background(), payload(), read)
+	if err != nil || len(got) != 2 || string(got[1]) != `{"id":2}` {
+		t.Fatalf("heartbeat: %d groups, %v", len(got), err)
 	}
-	g1, g2, g3 := r.WAFIPGroups[0], r.WAFIPGroups[1], r.WAFIPGroups[2]
-	if g1.Malformed != "" || len(g1.IPList) != 1000 || g1.Checksum != "a" {
-		t.Fatalf("group 1: %d entries, %q", len(g1.IPList), g1.Malformed)
+	if r.ActiveConfig == nil || r.ActiveConfig.Version != "v9" || r.AgentSettings.HeartbeatInterval != 5000 || len(r.WAFIPGroups) != 0 {
+		t.Fatalf("reply after the groups: %+v", r)
 	}
-	if g2.ID != 2 || g2.IPList != nil || !strings.Contains(g2.Malformed, "over this node's budget of 1 MiB") {
-		t.Fatalf("group 2: %d entries, %q", len(g2.IPList), g2.Malformed)
+	if err := c.SyncIPGroups(context.Background(), &protocol.IPGroupSyncRequest{IDs: []uint64{1}}, read); err != nil || len(got) != 2 {
+		t.Fatalf("E6: %d groups, %v", len(got), err)
 	}
-	if g3.Malformed != "" || len(g3.IPList) != 1 {
-		t.Fatalf("group 3: %+v", g3)
+	if _, err := c.Heartbeat(context.Background(), payload(), nil); err != nil {
+		t.Fatalf("skipped: %v", err)
 	}
 }
 
-// Wrong-typed fields and elements mark their group alone.
-func TestMalformedGroupsStream(t *testing.T) {
-	c := server(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"data":{"waf_ip_groups":[{"id":-1},{"id":"x","ip_list":[1]},5,[1,[2]],{"id":4,"ip_list":{"a":[1]}},`+
-			`{"id":5,"ip_list":["192.0.2.1",{"x":1},"192.0.2.2"]},{"id":6,"enabled":true,"ip_list":null,"checksum":"s","extra":{"deep":[1,{"a":2}]}}],`+
-			`"agent_settings":{"heartbeat_interval":5000}}}`)
-	})
-	r, err := c.Heartbeat(context.Background(), payload())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.WAFIPGroups) != 7 || r.AgentSettings.HeartbeatInterval != 5000 {
-		t.Fatalf("%d groups, settings %+v", len(r.WAFIPGroups), r.AgentSettings)
-	}
-	for i, g := range r.WAFIPGroups[:6] {
-		if g.Malformed == "" {
-			t.Errorf("element %d not marked malformed: %+v", i, g)
-		}
-	}
-	if g := r.WAFIPGroups[4]; g.ID != 4 {
-		t.Errorf("element 4 lost its id: %+v", g)
-	}
-	if g := r.WAFIPGroups[6]; g.Malformed != "" || g.ID != 6 || !g.Enabled || g.Checksum != "s" || g.IPList != nil {
-		t.Errorf("element 6: %+v", g)
-	}
-}
-
-// Millions of tiny group elements cannot escape the budget (each kept
-// element costs its struct), and a malformed group gives back what its
-// entries cost, so a valid group after it still fits.
-func TestGroupElementsBudgeted(t *testing.T) {
-	c := server(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"data":{"waf_ip_groups":[`+strings.Repeat("1,", 200_000)+`1]}}`)
-	})
-	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
-	if _, err := c.Heartbeat(context.Background(), payload()); !errors.Is(err, ErrValueTooLarge) || !strings.Contains(err.Error(), "more IP-group elements") {
-		t.Fatalf("200 001 tiny elements: %v", err)
-	}
-
-	entries := func(n int) string {
-		var b strings.Builder
-		for i := 0; i < n; i++ {
-			if i > 0 {
-				b.WriteByte(',')
+// What the groups' decoder fails with fails the reply, named; the reply's
+// caps bound it as they bound the rest: an endless array stops at the
+// cap, one entry over the value budget at the budget.
+func TestIPGroupsBounded(t *testing.T) {
+	var sent atomic.Int64
+	endless := func(w http.ResponseWriter, entry string) {
+		io.WriteString(w, `{"data":{"waf_ip_groups":[{"id":1,"ip_list":[`)
+		chunk := []byte(strings.Repeat(entry+",", 4096))
+		for i := 0; i < 1<<30/len(chunk); i++ {
+			n, err := w.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
 			}
-			fmt.Fprintf(&b, `"10.%d.%d.%d"`, i>>16&0xff, i>>8&0xff, i&0xff)
 		}
-		return b.String()
+	}
+	skip := func(dec *json.Decoder) error { return jsonstream.Skip(dec) }
+
+	c := server(t, func(w http.ResponseWriter, r *http.Request) { endless(w, `"192.0.2.1"`) })
+	if _, err := c.Heartbeat(context.Background(), payload(), skip); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "heartbeat: reply exceeds 32 MiB") {
+		t.Fatalf("1 GiB of entries: %v", err)
+	}
+	if n := sent.Load(); n > 64<<20 {
+		t.Fatalf("%d bytes sent before the refusal", n)
 	}
 	c = server(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `{"data":{"waf_ip_groups":[{"id":1,"enabled":"yes","ip_list":[%s]},{"id":2,"enabled":true,"ip_list":[%s],"checksum":"b"}]}}`, entries(30_000), entries(25_000))
+		fmt.Fprintf(w, `{"data":{"waf_ip_groups":[{"id":1,"ip_list":["%s"]}]}}`, strings.Repeat("1", 2<<20))
 	})
-	c.Budgets = Budgets{Active: 8 << 20, Entries: 1 << 20, Value: 1 << 20}
-	r, err := c.Heartbeat(context.Background(), payload())
-	if err != nil {
-		t.Fatal(err)
+	if _, err := c.Heartbeat(context.Background(), payload(), skip); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("a 2 MiB entry: %v", err)
 	}
-	if len(r.WAFIPGroups) != 2 || r.WAFIPGroups[0].Malformed == "" || r.WAFIPGroups[1].Malformed != "" || len(r.WAFIPGroups[1].IPList) != 25_000 {
-		t.Fatalf("groups: %+v / %q", len(r.WAFIPGroups), r.WAFIPGroups[1].Malformed)
+	failing := errors.New("scratch file full")
+	c = server(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"data":{"waf_ip_groups":[]}}`) })
+	if _, err := c.Heartbeat(context.Background(), payload(), func(*json.Decoder) error { return failing }); !errors.Is(err, failing) || !strings.HasPrefix(err.Error(), "heartbeat: ") {
+		t.Fatalf("decoder failure: %v", err)
+	}
+}
+
+// A nesting bomb is refused as not a JSON envelope, whether it stands
+// where a value is skipped or where the groups are, without costing
+// memory in proportion to its depth.
+func TestNestingBomb(t *testing.T) {
+	bomb := strings.Repeat("[", 8<<20)
+	for _, body := range []string{
+		`{"data":{"unknown":` + bomb,
+		`{"data":{"waf_ip_groups":[` + bomb,
+		`{"data":{"waf_ip_groups":[{"id":1,"x":` + bomb,
+	} {
+		c := server(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := c.Heartbeat(context.Background(), payload(), func(dec *json.Decoder) error { return jsonstream.Skip(dec) })
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "heartbeat: reply is not a JSON envelope") {
+			t.Errorf("%.40s…: %v", body, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%.40s…: %d bytes allocated", body, grew)
+		}
 	}
 }

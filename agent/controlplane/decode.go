@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/jsonstream"
 )
 
 // A reply is decoded as a stream, one JSON value at a time, so the memory a
@@ -15,8 +16,9 @@ import (
 // decoding the envelope in one call would hold the whole reply (and up to
 // twice that while the buffer grows). Here only objects and arrays the
 // agent knows are walked token by token; each leaf value is buffered alone,
-// and no leaf may exceed the reply's value budget, which stops a single
-// endless string long before the reply cap.
+// and no leaf may exceed its budget (the reply's value budget but for E4's
+// source and support files), which stops a single endless string long
+// before the reply cap.
 
 // ErrValueTooLarge marks a reply holding one JSON value (a string, say)
 // larger than its budget.
@@ -29,19 +31,31 @@ type budgetReader struct {
 	dec *json.Decoder
 	// left is what may still be read; maxValue bounds the value being
 	// decoded: bytes read past the decoder's input offset are the value
-	// it is still buffering.
-	left     int64
-	maxValue int64
-	read     int64
-	over     bool // past the cap
-	valueBig bool // one value past maxValue
-	err      error
+	// it is still buffering. It is valueBudget but while a value of its
+	// own budget is decoded (stream.large), which what then names.
+	left        int64
+	maxValue    int64
+	valueBudget int64
+	what        string
+	read        int64
+	over        bool // past the cap
+	valueBig    bool // one value past maxValue
+	err         error
 }
 
 func (c *budgetReader) Read(p []byte) (int, error) {
-	if c.dec != nil && c.read-c.dec.InputOffset() > c.maxValue {
-		c.valueBig = true
-		return 0, ErrValueTooLarge
+	if c.dec != nil {
+		held := c.read - c.dec.InputOffset()
+		if held > c.maxValue {
+			c.valueBig = true
+			return 0, ErrValueTooLarge
+		}
+		// The decoder's buffer doubles as it grows: one read could
+		// complete a value of twice the budget before this check runs
+		// again. Reading at most a byte past the budget lets none pass.
+		if room := c.maxValue - held + 1; int64(len(p)) > room {
+			p = p[:room]
+		}
 	}
 	if c.left <= 0 {
 		// A byte past the cap that is not trailing whitespace (a JSON
@@ -77,108 +91,59 @@ func (c *budgetReader) Read(p []byte) (int, error) {
 // stream walks one reply.
 type stream struct {
 	dec *json.Decoder
-	// entries is what is left of entryBudget, the bytes the IP-group
-	// entries of this reply may cost once decoded.
-	entries     *int64
-	entryBudget int64
+	r   *budgetReader
 }
 
-func newStream(r *budgetReader, entryBudget int64) stream {
+func newStream(r *budgetReader) stream {
 	dec := json.NewDecoder(r)
 	r.dec = dec
-	left := entryBudget
-	return stream{dec: dec, entries: &left, entryBudget: entryBudget}
+	r.maxValue = r.valueBudget
+	return stream{dec: dec, r: r}
 }
 
-// errShape marks a reply whose JSON is well formed but not what the
-// endpoint returns (an array where an object belongs).
-var errShape = errors.New("unexpected JSON shape")
-
-// object walks an object, calling field for each key; field must consume
-// the key's value. null counts as an empty object.
-func (s stream) object(field func(key string) error) error {
-	tok, err := s.dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok == nil {
-		return nil
-	}
-	if tok != json.Delim('{') {
-		return fmt.Errorf("%w: %v where an object belongs", errShape, tok)
-	}
-	return s.fields(field)
+// heartbeatOut is E2's reply, whose waf_ip_groups go to groups.
+type heartbeatOut struct {
+	r      *protocol.HeartbeatReply
+	groups func(*json.Decoder) error
 }
 
-// fields walks the rest of an object whose '{' was just read.
-func (s stream) fields(field func(key string) error) error {
-	for s.dec.More() {
-		tok, err := s.dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
-		if err := field(key); err != nil {
-			return err
-		}
-	}
-	_, err := s.dec.Token() // '}'
-	return err
+// syncOut is E6's reply: {"groups":[...]}, the array going to groups.
+type syncOut struct{ groups func(*json.Decoder) error }
+
+// activeOut is E4's reply, whose support files go to files one by one;
+// its source_config_json, and each support file, may take up to source
+// bytes.
+type activeOut struct {
+	r      *protocol.ActiveConfig
+	files  func(protocol.SupportFile) error
+	source int64
 }
 
-// array walks an array, calling elem for each element, which must consume
-// it. null counts as an empty array.
-func (s stream) array(elem func() error) error {
-	tok, err := s.dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok == nil {
-		return nil
-	}
-	if tok != json.Delim('[') {
-		return fmt.Errorf("%w: %v where an array belongs", errShape, tok)
-	}
-	for s.dec.More() {
-		if err := elem(); err != nil {
-			return err
-		}
-	}
-	_, err = s.dec.Token() // ']'
-	return err
-}
+func (s stream) object(field func(key string) error) error { return jsonstream.Object(s.dec, field) }
 
-// skip consumes one value token by token, buffering no container whole.
-func (s stream) skip() error {
-	tok, err := s.dec.Token()
-	if err != nil {
-		return err
-	}
-	return s.skipRest(tok)
-}
-
-// skipRest consumes the rest of the value whose first token was tok.
-func (s stream) skipRest(tok json.Token) error {
-	if tok != json.Delim('{') && tok != json.Delim('[') {
-		return nil
-	}
-	for depth := 1; depth > 0; {
-		tok, err := s.dec.Token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-	}
-	return nil
-}
+func (s stream) skip() error { return jsonstream.Skip(s.dec) }
 
 // value decodes one leaf (or small) value into v.
 func (s stream) value(v any) error { return s.dec.Decode(v) }
+
+// large decodes a string allowed to take up to budget bytes, named what
+// should it take more.
+func (s stream) large(v *string, budget int64, what string) error {
+	s.r.maxValue, s.r.what = budget, what
+	if err := s.value(v); err != nil {
+		return err
+	}
+	s.r.maxValue, s.r.what = s.r.valueBudget, ""
+	return nil
+}
+
+// groups hands an IP-group array to read, or skips it without one.
+func (s stream) groups(read func(*json.Decoder) error) error {
+	if read == nil {
+		return s.skip()
+	}
+	return read(s.dec)
+}
 
 // envelope decodes {"error_msg": ..., "data": ...} with data into out.
 func (s stream) envelope(out any) (errorMsg string, err error) {
@@ -201,7 +166,7 @@ func (s stream) envelope(out any) (errorMsg string, err error) {
 	if err == nil {
 		// Trailing bytes after the envelope are not the server's.
 		if _, terr := s.dec.Token(); terr != io.EOF {
-			err = fmt.Errorf("%w: data after the envelope", errShape)
+			err = fmt.Errorf("%w: data after the envelope", jsonstream.ErrShape)
 		}
 	}
 	return errorMsg, err
@@ -211,23 +176,23 @@ func (s stream) envelope(out any) (errorMsg string, err error) {
 // walked, the others decoded whole (their value budget bounds them).
 func (s stream) data(out any) error {
 	switch v := out.(type) {
-	case *protocol.HeartbeatReply:
+	case heartbeatOut:
 		return s.heartbeat(v)
-	case *protocol.IPGroupSyncReply:
+	case syncOut:
 		return s.object(func(key string) error {
 			if key != "groups" {
 				return s.skip()
 			}
-			v.Groups = v.Groups[:0]
-			return s.groups(&v.Groups)
+			return s.groups(v.groups)
 		})
-	case *protocol.ActiveConfig:
+	case activeOut:
 		return s.activeConfig(v)
 	}
 	return s.value(out)
 }
 
-func (s stream) heartbeat(r *protocol.HeartbeatReply) error {
+func (s stream) heartbeat(h heartbeatOut) error {
+	r := h.r
 	return s.object(func(key string) error {
 		switch key {
 		case "node":
@@ -237,14 +202,14 @@ func (s stream) heartbeat(r *protocol.HeartbeatReply) error {
 		case "active_config":
 			return s.value(&r.ActiveConfig)
 		case "waf_ip_groups":
-			r.WAFIPGroups = r.WAFIPGroups[:0]
-			return s.groups(&r.WAFIPGroups)
+			return s.groups(h.groups)
 		}
 		return s.skip()
 	})
 }
 
-func (s stream) activeConfig(c *protocol.ActiveConfig) error {
+func (s stream) activeConfig(a activeOut) error {
+	c := a.r
 	return s.object(func(key string) error {
 		switch key {
 		case "version":
@@ -252,172 +217,35 @@ func (s stream) activeConfig(c *protocol.ActiveConfig) error {
 		case "checksum":
 			return s.value(&c.Checksum)
 		case "source_config_json":
-			return s.value(&c.SourceConfigJSON)
+			return s.large(&c.SourceConfigJSON, a.source, "source_config_json")
 		case "created_at":
 			return s.value(&c.CreatedAt)
 		case "support_files":
-			c.SupportFiles = c.SupportFiles[:0]
-			return s.array(func() error {
-				var f protocol.SupportFile
-				if err := s.value(&f); err != nil {
-					return err
-				}
-				c.SupportFiles = append(c.SupportFiles, f)
-				return nil
-			})
+			return jsonstream.Array(s.dec, func() error { return s.supportFile(a.files, a.source) })
 		}
 		return s.skip()
 	})
 }
 
-// groups appends each element of an IP-group array to out. A group with a
-// wrong-typed field, or over what is left of the reply's entry budget, is
-// kept marked Malformed: that group is rejected, not the reply carrying it
-// (which also carries the node's settings and active version).
-func (s stream) groups(out *[]protocol.WAFIPGroup) error {
-	return s.array(func() error {
-		g, err := s.group()
-		if err != nil {
-			return err
+// supportFile decodes one support file and hands it on: one file's content
+// is the most of them memory holds at once.
+func (s stream) supportFile(files func(protocol.SupportFile) error, budget int64) error {
+	var f protocol.SupportFile
+	err := s.object(func(key string) error {
+		switch key {
+		case "path":
+			return s.value(&f.Path)
+		case "content":
+			what := "a support file"
+			if f.Path != "" {
+				what = fmt.Sprintf("support file %q", protocol.Bound(f.Path, 128))
+			}
+			return s.large(&f.Content, budget, what)
 		}
-		// Every element kept costs its struct and texts too: a reply of
-		// millions of tiny elements must not escape the budget either.
-		cost := int64(groupOverhead + len(g.Name) + len(g.Type) + len(g.Checksum) + len(g.Malformed))
-		if cost > *s.entries {
-			return fmt.Errorf("%w: more IP-group elements than this node's budget of %d MiB for one reply (set by memory_limit)", ErrValueTooLarge, s.entryBudget>>20)
-		}
-		*s.entries -= cost
-		*out = append(*out, g)
-		return nil
+		return s.skip()
 	})
-}
-
-// groupOverhead is what one decoded group costs beyond its texts and
-// entries.
-const groupOverhead = 128
-
-// maxMalformed bounds the reason kept for a malformed group.
-const maxMalformed = 200
-
-// entryOverhead is what one kept entry costs beyond its text: the string
-// header in the list.
-const entryOverhead = 16
-
-func (s stream) group() (protocol.WAFIPGroup, error) {
-	var g protocol.WAFIPGroup
-	tok, err := s.dec.Token()
 	if err != nil {
-		return g, err
-	}
-	if tok == nil {
-		return g, nil
-	}
-	if tok != json.Delim('{') {
-		if err := s.skipRest(tok); err != nil {
-			return g, err
-		}
-		g.Malformed = fmt.Sprintf("element is %v, not an object", tok)
-		return g, nil
-	}
-	mark := func(reason string) {
-		if g.Malformed == "" {
-			g.Malformed = bounded(reason, maxMalformed)
-		}
-	}
-	var spent int64 // what this group's entries cost
-	field := func(v any) error {
-		err := s.value(v)
-		if typeErr := (*json.UnmarshalTypeError)(nil); errors.As(err, &typeErr) {
-			mark(err.Error())
-			return nil
-		}
 		return err
 	}
-	err = s.fields(func(key string) error {
-		switch key {
-		case "id":
-			return field(&g.ID)
-		case "name":
-			return field(&g.Name)
-		case "type":
-			return field(&g.Type)
-		case "enabled":
-			return field(&g.Enabled)
-		case "checksum":
-			return field(&g.Checksum)
-		case "ip_list":
-			// A repeated key replaces the list: what the earlier one
-			// cost goes back.
-			*s.entries += spent
-			reason, cost, err := s.ipList(&g.IPList)
-			spent = cost
-			if reason != "" {
-				mark(reason)
-			}
-			return err
-		}
-		return s.skip()
-	})
-	if err != nil {
-		return g, err
-	}
-	if g.Malformed != "" {
-		// Nothing of a malformed group is used but its id (to report it):
-		// its entries are dropped, and what they cost goes back to the
-		// groups after it.
-		*s.entries += spent
-		g = protocol.WAFIPGroup{ID: g.ID, Malformed: g.Malformed}
-	}
-	return g, nil
-}
-
-// ipList reads the entries one token at a time, so a group of a million
-// entries is never buffered as text, and stops keeping them once the
-// reply's entry budget is spent. reason is why the list is unusable; spent
-// is what the kept entries cost.
-func (s stream) ipList(list *[]string) (reason string, spent int64, err error) {
-	tok, err := s.dec.Token()
-	if err != nil || tok == nil {
-		*list = nil
-		return "", 0, err
-	}
-	if tok != json.Delim('[') {
-		return fmt.Sprintf("ip_list is %v, not an array", tok), 0, s.skipRest(tok)
-	}
-	kept := []string{}
-	n := 0
-	for ; s.dec.More(); n++ {
-		tok, err := s.dec.Token()
-		if err != nil {
-			return "", spent, err
-		}
-		entry, ok := tok.(string)
-		if !ok {
-			if reason == "" {
-				reason = fmt.Sprintf("ip_list element %d is not a string", n)
-			}
-			if err := s.skipRest(tok); err != nil {
-				return "", spent, err
-			}
-			continue
-		}
-		if reason != "" {
-			continue
-		}
-		cost := int64(len(entry) + entryOverhead)
-		if cost > *s.entries {
-			reason = fmt.Sprintf("ip_list is over this node's budget of %d MiB for IP-group entries in one reply (set by memory_limit)", s.entryBudget>>20)
-			// What this group held goes back to the groups after it.
-			*s.entries += spent
-			spent = 0
-			kept = nil
-			continue
-		}
-		*s.entries -= cost
-		spent += cost
-		kept = append(kept, entry)
-	}
-	*list = kept
-	_, err = s.dec.Token() // ']'
-	return reason, spent, err
+	return files(f)
 }

@@ -2,7 +2,7 @@
 // (mmdb_path, city_mmdb_path) current from their download URLs, and makes
 // sure a bad download never replaces a good database.
 //
-// Each database has its own Updater. An update is a conditional GET
+// Each database has its own Refresher. An update is a conditional GET
 // (If-None-Match / If-Modified-Since from a small JSON sidecar,
 // <path>.download.json), so an unchanged database costs one 304 a day. A new
 // body is streamed, with a size cap and a stall watchdog rather than one
@@ -11,7 +11,7 @@
 // database), fsynced, and checked before it is used:
 //
 //   - it opens with internal/mmdb and passes its Verify (tree and data);
-//   - its database type contains "Country" or "City" as the Updater expects;
+//   - its database type contains "Country" or "City" as the Refresher expects;
 //   - its build epoch is not older than the current file's;
 //   - the first and last networks of its tree look up without error and land
 //     on the records the walk reported.
@@ -45,13 +45,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/backoff"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
-	"github.com/openflare/openflare-agent/internal/mmdb"
-	"github.com/openflare/openflare-agent/internal/stall"
+	"openflare/agent/backoff"
+	"openflare/internal/atomicfile"
+	"openflare/internal/download"
+	"openflare/internal/mmdb"
 )
 
-// Defaults of the Updater's limits.
+// Defaults of the Refresher's limits.
 const (
 	// DefaultMaxSize caps a download: GeoLite2 City is about 70 MiB, and
 	// internal/mmdb maps nothing larger anyway.
@@ -77,8 +77,8 @@ var ErrRejected = errors.New("geoip: download rejected")
 // unusable.
 var ErrMissing = errors.New("geoip: database unavailable")
 
-// Updater keeps one database file current.
-type Updater struct {
+// Refresher keeps one database file current.
+type Refresher struct {
 	Name string // for logs and health messages: "country", "city"
 	Path string // the database file (mmdb_path, city_mmdb_path)
 	URL  string // its download URL; empty disables updates
@@ -146,14 +146,14 @@ type sidecar struct {
 	CheckedUnix  int64  `json:"checked_unix"`
 }
 
-func (u *Updater) sidecarPath() string { return u.Path + ".download.json" }
-func (u *Updater) tempPath() string    { return u.Path + ".download" }
+func (r *Refresher) sidecarPath() string { return r.Path + ".download.json" }
+func (r *Refresher) tempPath() string    { return r.Path + ".download" }
 
-func (u *Updater) log() *slog.Logger {
-	if u.Log == nil {
+func (r *Refresher) log() *slog.Logger {
+	if r.Log == nil {
 		return slog.New(slog.DiscardHandler)
 	}
-	return u.Log
+	return r.Log
 }
 
 func orDefault[T int64 | time.Duration](v, d T) T {
@@ -163,15 +163,15 @@ func orDefault[T int64 | time.Duration](v, d T) T {
 	return v
 }
 
-func (u *Updater) httpClient() *http.Client {
-	if u.Client != nil {
-		return u.Client
+func (r *Refresher) httpClient() *http.Client {
+	if r.Client != nil {
+		return r.Client
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.client == nil {
-		ht := orDefault(u.HeaderTimeout, DefaultHeaderTimeout)
-		u.client = &http.Client{Transport: &http.Transport{
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client == nil {
+		ht := orDefault(r.HeaderTimeout, DefaultHeaderTimeout)
+		r.client = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: ht, KeepAlive: 30 * time.Second}).DialContext,
 			TLSHandshakeTimeout:   ht,
@@ -181,7 +181,7 @@ func (u *Updater) httpClient() *http.Client {
 			IdleConnTimeout:       30 * time.Second,
 		}}
 	}
-	return u.client
+	return r.client
 }
 
 // current describes the file in place; ok is false when it is missing or
@@ -193,45 +193,45 @@ type current struct {
 	err   error
 }
 
-func (u *Updater) inspect() current {
-	fi, err := os.Stat(u.Path)
+func (r *Refresher) inspect() current {
+	fi, err := os.Stat(r.Path)
 	if err != nil {
 		return current{err: err}
 	}
-	r, err := mmdb.Open(u.Path)
+	db, err := mmdb.Open(r.Path)
 	if err != nil {
 		return current{err: err}
 	}
-	defer r.Close()
-	md := r.Metadata()
-	if !strings.Contains(md.DatabaseType, u.Type) {
-		return current{err: fmt.Errorf("database type %q, want one containing %q", md.DatabaseType, u.Type)}
+	defer db.Close()
+	md := db.Metadata()
+	if !strings.Contains(md.DatabaseType, r.Type) {
+		return current{err: fmt.Errorf("database type %q, want one containing %q", md.DatabaseType, r.Type)}
 	}
 	return current{ok: true, size: fi.Size(), epoch: md.BuildEpoch}
 }
 
-func (u *Updater) readSidecar() (sidecar, bool) {
+func (r *Refresher) readSidecar() (sidecar, bool) {
 	var s sidecar
-	b, err := os.ReadFile(u.sidecarPath())
+	b, err := os.ReadFile(r.sidecarPath())
 	if err != nil || json.Unmarshal(b, &s) != nil {
 		return sidecar{}, false
 	}
 	return s, true
 }
 
-func (u *Updater) writeSidecar(s sidecar) error {
+func (r *Refresher) writeSidecar(s sidecar) error {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(u.sidecarPath(), append(b, '\n'), 0o644)
+	return atomicfile.WriteFile(r.sidecarPath(), append(b, '\n'), 0o644)
 }
 
 // Check inspects the file in place without the network: nil when it opens
 // as a database of the expected type, else an error wrapping ErrMissing.
-func (u *Updater) Check() error {
-	if c := u.inspect(); !c.ok {
-		return fmt.Errorf("%w: %s database %s: %v", ErrMissing, u.Name, u.Path, c.err)
+func (r *Refresher) Check() error {
+	if c := r.inspect(); !c.ok {
+		return fmt.Errorf("%w: %s database %s: %v", ErrMissing, r.Name, r.Path, c.err)
 	}
 	return nil
 }
@@ -239,25 +239,21 @@ func (u *Updater) Check() error {
 // Update fetches the database once: a conditional GET, and when a new body
 // comes, validation and the rename. A rejected download leaves the file in
 // place untouched and returns an error wrapping ErrRejected.
-func (u *Updater) Update(ctx context.Context) (Result, error) {
-	if u.URL == "" {
+func (r *Refresher) Update(ctx context.Context) (Result, error) {
+	if r.URL == "" {
 		return Unchanged, errors.New("geoip: no download URL")
 	}
-	cur := u.inspect()
-	side, haveSide := u.readSidecar()
+	cur := r.inspect()
+	side, haveSide := r.readSidecar()
 	// The validators count only while they describe the file in place: a
 	// file deleted or replaced by hand must be fetched again, not 304'd.
-	valid := haveSide && cur.ok && side.URL == u.URL && side.Size == cur.size && side.BuildEpoch == cur.epoch
+	valid := haveSide && cur.ok && side.URL == r.URL && side.Size == cur.size && side.BuildEpoch == cur.epoch
 
-	maxDur := orDefault(u.MaxDuration, DefaultMaxDuration)
+	maxDur := orDefault(r.MaxDuration, DefaultMaxDuration)
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, maxDur, fmt.Errorf("download took longer than %v", maxDur))
 	defer cancelTimeout()
-	// The watchdog covers the wait for the headers too; each byte that
-	// arrives puts it back.
-	ctx, watch := stall.Watch(ctx, orDefault(u.StallTimeout, DefaultStallTimeout))
-	defer watch.Stop()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.URL, nil)
 	if err != nil {
 		return Unchanged, err
 	}
@@ -269,36 +265,33 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 			req.Header.Set("If-Modified-Since", side.LastModified)
 		}
 	}
-	resp, err := u.httpClient().Do(req)
+	maxSize := orDefault(r.MaxSize, DefaultMaxSize)
+	t, err := download.Get(r.httpClient(), req, download.Limits{Max: maxSize, Stall: orDefault(r.StallTimeout, DefaultStallTimeout)})
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			ue.URL = redact(ue.URL)
 		}
-		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, stall.Cause(ctx, err))
+		return Unchanged, r.downloadError(err)
 	}
-	defer resp.Body.Close()
+	defer t.Close()
 	now := time.Now()
 	switch {
-	case resp.StatusCode == http.StatusNotModified && valid:
+	case t.StatusCode == http.StatusNotModified && valid:
 		side.CheckedUnix = now.Unix()
-		if err := u.writeSidecar(side); err != nil {
-			u.log().Warn("geoip: record check time", "db", u.Name, "err", err)
+		if err := r.writeSidecar(side); err != nil {
+			r.log().Warn("geoip: record check time", "db", r.Name, "err", err)
 		}
 		return Unchanged, nil
-	case resp.StatusCode != http.StatusOK:
-		return Unchanged, fmt.Errorf("geoip: %s: GET %s: %s", u.Name, redact(u.URL), resp.Status)
-	}
-	maxSize := orDefault(u.MaxSize, DefaultMaxSize)
-	if resp.ContentLength > maxSize {
-		return Unchanged, fmt.Errorf("%w: %s: %d bytes announced, the cap is %d", ErrRejected, u.Name, resp.ContentLength, maxSize)
+	case t.StatusCode != http.StatusOK:
+		return Unchanged, fmt.Errorf("geoip: %s: GET %s: %s", r.Name, redact(r.URL), t.Status)
 	}
 
-	dir := filepath.Dir(u.Path)
+	dir := filepath.Dir(r.Path)
 	if err := atomicfile.MkdirAll(dir, 0o755); err != nil {
 		return Unchanged, err
 	}
-	tmp := u.tempPath()
+	tmp := r.tempPath()
 	os.Remove(tmp) // a leftover of a crash (or of upstream's agent)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -317,20 +310,10 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	}
 
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(watch.Reader(resp.Body), maxSize+1))
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return Unchanged, fmt.Errorf("geoip: %s: %w", u.Name, stall.Cause(ctx, err))
-	case err != nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
-		return Unchanged, fmt.Errorf("%w: %s: truncated download after %d bytes: %v", ErrRejected, u.Name, n, err)
-	case err != nil:
-		return Unchanged, fmt.Errorf("geoip: %s: download: %w", u.Name, err)
-	case n > maxSize:
-		return Unchanged, fmt.Errorf("%w: %s: larger than the cap of %d bytes", ErrRejected, u.Name, maxSize)
-	case resp.ContentLength >= 0 && n != resp.ContentLength:
-		return Unchanged, fmt.Errorf("%w: %s: truncated download: %d of %d bytes", ErrRejected, u.Name, n, resp.ContentLength)
+	n, err := t.Copy(io.MultiWriter(f, h))
+	if err != nil {
+		return Unchanged, r.downloadError(err)
 	}
-	watch.Stop()
 	if err := f.Sync(); err != nil {
 		return Unchanged, err
 	}
@@ -339,9 +322,9 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	next := sidecar{
-		URL:          u.URL,
-		ETag:         resp.Header.Get("ETag"),
-		LastModified: resp.Header.Get("Last-Modified"),
+		URL:          r.URL,
+		ETag:         t.Header.Get("ETag"),
+		LastModified: t.Header.Get("Last-Modified"),
 		Size:         n,
 		SHA256:       sum,
 		CheckedUnix:  now.Unix(),
@@ -350,8 +333,8 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	// the one in place rather than wear the flash with a rename.
 	if valid && side.SHA256 == sum && side.Size == n {
 		next.BuildEpoch = side.BuildEpoch
-		if err := u.writeSidecar(next); err != nil {
-			u.log().Warn("geoip: record check time", "db", u.Name, "err", err)
+		if err := r.writeSidecar(next); err != nil {
+			r.log().Warn("geoip: record check time", "db", r.Name, "err", err)
 		}
 		return Unchanged, nil
 	}
@@ -359,25 +342,34 @@ func (u *Updater) Update(ctx context.Context) (Result, error) {
 	if cur.ok {
 		minEpoch = cur.epoch
 	}
-	epoch, err := validate(tmp, u.Type, minEpoch)
+	epoch, err := validate(tmp, r.Type, minEpoch)
 	if err != nil {
-		return Unchanged, fmt.Errorf("%w: %s: %v", ErrRejected, u.Name, err)
+		return Unchanged, fmt.Errorf("%w: %s: %v", ErrRejected, r.Name, err)
 	}
 	next.BuildEpoch = epoch
-	if err := os.Rename(tmp, u.Path); err != nil {
+	if err := os.Rename(tmp, r.Path); err != nil {
 		return Unchanged, err
 	}
 	keep = true
 	if err := atomicfile.SyncDir(dir); err != nil {
-		u.log().Warn("geoip: fsync directory", "dir", dir, "err", err)
+		r.log().Warn("geoip: fsync directory", "dir", dir, "err", err)
 	}
-	if err := u.writeSidecar(next); err != nil {
-		u.log().Warn("geoip: record download validators", "db", u.Name, "err", err)
+	if err := r.writeSidecar(next); err != nil {
+		r.log().Warn("geoip: record download validators", "db", r.Name, "err", err)
 	}
-	if u.Changed != nil {
-		u.Changed(u.Path)
+	if r.Changed != nil {
+		r.Changed(r.Path)
 	}
 	return Replaced, nil
+}
+
+// downloadError names the database in a failed download's error; one of
+// the wrong length was fetched but is not used (ErrRejected).
+func (r *Refresher) downloadError(err error) error {
+	if errors.Is(err, download.ErrSize) {
+		return fmt.Errorf("%w: %s: %w", ErrRejected, r.Name, err)
+	}
+	return fmt.Errorf("geoip: %s: %w", r.Name, err)
 }
 
 // validate checks a downloaded file before it may replace the database:
@@ -487,18 +479,18 @@ func redact(s string) string {
 }
 
 // Status returns what the last attempt of Run found.
-func (u *Updater) Status() Status {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.status
+func (r *Refresher) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
 }
 
-func (u *Updater) setStatus(s Status) {
-	u.mu.Lock()
-	u.status = s
-	u.mu.Unlock()
-	if u.Report != nil {
-		u.Report(s)
+func (r *Refresher) setStatus(s Status) {
+	r.mu.Lock()
+	r.status = s
+	r.mu.Unlock()
+	if r.Report != nil {
+		r.Report(s)
 	}
 }
 
@@ -507,21 +499,21 @@ func (u *Updater) setStatus(s Status) {
 // there); a present one is checked an Interval after its last check
 // (recorded in the sidecar, so restarts do not cause downloads). After a
 // failure the next attempt follows the backoff.
-func (u *Updater) Run(ctx context.Context) {
-	interval := orDefault(u.Interval, 24*time.Hour)
-	if u.Retry.Min <= 0 {
-		u.Retry.Min = DefaultRetryMin
+func (r *Refresher) Run(ctx context.Context) {
+	interval := orDefault(r.Interval, 24*time.Hour)
+	if r.Retry.Min <= 0 {
+		r.Retry.Min = DefaultRetryMin
 	}
-	if u.Retry.Max <= 0 {
-		u.Retry.Max = min(max(interval, u.Retry.Min), DefaultRetryMax)
+	if r.Retry.Max <= 0 {
+		r.Retry.Max = min(max(interval, r.Retry.Min), DefaultRetryMax)
 	}
 	var wait time.Duration
-	if err := u.Check(); err != nil {
-		u.log().Warn("geoip: database missing; fetching it", "db", u.Name, "path", u.Path, "err", err)
-		u.setStatus(Status{Err: err, Checked: time.Now()})
+	if err := r.Check(); err != nil {
+		r.log().Warn("geoip: database missing; fetching it", "db", r.Name, "path", r.Path, "err", err)
+		r.setStatus(Status{Err: err, Checked: time.Now()})
 	} else {
-		u.setStatus(Status{Present: true, Checked: time.Now()})
-		if s, ok := u.readSidecar(); ok && s.URL == u.URL {
+		r.setStatus(Status{Present: true, Checked: time.Now()})
+		if s, ok := r.readSidecar(); ok && s.URL == r.URL {
 			wait = min(max(time.Until(time.Unix(s.CheckedUnix, 0).Add(interval)), 0), interval)
 		}
 	}
@@ -532,36 +524,36 @@ func (u *Updater) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		res, err := u.Update(ctx)
+		res, err := r.Update(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		present := u.Check() == nil
+		present := r.Check() == nil
 		st := Status{Present: present, Err: err, Checked: time.Now()}
 		switch {
 		case err != nil:
-			args := []any{"db", u.Name, "url", redact(u.URL), "err", err}
+			args := []any{"db", r.Name, "url", redact(r.URL), "err", err}
 			if errors.Is(err, ErrRejected) {
-				u.log().Error("geoip: download rejected; the database in place is kept", args...)
+				r.log().Error("geoip: download rejected; the database in place is kept", args...)
 			} else {
-				u.log().Warn("geoip: update failed", args...)
+				r.log().Warn("geoip: update failed", args...)
 			}
-			wait = u.Retry.Next()
+			wait = r.Retry.Next()
 		case !present:
 			// Updated, yet the file does not open: should not happen, but
 			// retry rather than wait a day.
-			st.Err = u.Check()
-			wait = u.Retry.Next()
+			st.Err = r.Check()
+			wait = r.Retry.Next()
 		default:
 			if res == Replaced {
-				u.log().Info("geoip: database updated", "db", u.Name, "path", u.Path)
+				r.log().Info("geoip: database updated", "db", r.Name, "path", r.Path)
 			}
-			u.Retry.Reset()
+			r.Retry.Reset()
 			wait = interval
 		}
 		if !present && st.Err != nil && !errors.Is(st.Err, ErrMissing) {
 			st.Err = fmt.Errorf("%w: %w", ErrMissing, st.Err)
 		}
-		u.setStatus(st)
+		r.setStatus(st)
 	}
 }

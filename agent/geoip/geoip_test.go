@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/backoff"
+	"openflare/agent/backoff"
 )
 
 // perlWriter writes a test database with MaxMind's own writer (Debian
@@ -174,13 +174,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func newRig(t *testing.T, want string) (*Updater, *server) {
+func newRig(t *testing.T, want string) (*Refresher, *server) {
 	t.Helper()
 	s := &server{}
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
 	dir := t.TempDir()
-	u := &Updater{
+	u := &Refresher{
 		Name: strings.ToLower(want), Path: filepath.Join(dir, "db", "GeoLite2-"+want+".mmdb"),
 		URL: hs.URL + "/GeoLite2-" + want + ".mmdb", Type: want,
 		Client: hs.Client(),

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/internal/mmdb"
-	"github.com/openflare/openflare-agent/testing/benchkit"
-	"github.com/openflare/openflare-agent/testing/geodb"
+	"openflare/internal/mmdb"
+	"openflare/testing/benchkit"
+	"openflare/testing/geodb"
 )
 
 // fullSizeNetworks is the size of the generated databases: more networks

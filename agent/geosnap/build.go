@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/openflare/openflare-agent/internal/atomicfile"
-	"github.com/openflare/openflare-agent/internal/mmdb"
-	"github.com/openflare/openflare-agent/internal/rangefile"
+	"openflare/internal/atomicfile"
+	"openflare/internal/mmdb"
+	"openflare/internal/rangefile"
 )
 
 // WAFConfigFile is the landed WAF config the codes are read from.

@@ -23,8 +23,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/openflare/openflare-agent/internal/mmdb"
-	"github.com/openflare/openflare-agent/internal/rangefile"
+	"openflare/internal/mmdb"
+	"openflare/internal/rangefile"
 )
 
 // The file has internal/rangefile's layout, as waf_ip_groups.bin does,
@@ -44,63 +44,39 @@ const (
 	MaxBytes = 64 << 20
 )
 
-// u128 is an address in one 128-bit space: IPv6 as is, IPv4 as ::a.b.c.d,
-// where an IPv6 database keeps its IPv4 subtree and where mmdb.Networks
-// reports IPv4 networks.
-type u128 struct{ hi, lo uint64 }
-
-func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
-
-func (a u128) next() (u128, bool) {
-	switch {
-	case a.lo != ^uint64(0):
-		return u128{a.hi, a.lo + 1}, true
-	case a.hi != ^uint64(0):
-		return u128{a.hi + 1, 0}, true
-	}
-	return a, false
-}
-
-func (a u128) prev() u128 {
-	if a.lo != 0 {
-		return u128{a.hi, a.lo - 1}
-	}
-	return u128{a.hi - 1, ^uint64(0)}
-}
-
-// span is an inclusive range of addresses.
-type span struct{ lo, hi u128 }
-
 // v4Top is the last address of ::/96, the IPv4 space.
-var v4Top = u128{0, 1<<32 - 1}
+var v4Top = rangefile.U128{Lo: 1<<32 - 1}
 
-func spanOf(p netip.Prefix) span {
+// rangeOf is a network's range in the one 128-bit space of the lists:
+// IPv6 as is, IPv4 as ::a.b.c.d, where an IPv6 database keeps its IPv4
+// subtree and where mmdb.Networks reports IPv4 networks.
+func rangeOf(p netip.Prefix) rangefile.Range {
 	if p.Addr().Is4() {
 		a := p.Addr().As4()
 		lo := uint64(binary.BigEndian.Uint32(a[:]))
-		return span{u128{0, lo}, u128{0, lo | (1<<(32-p.Bits()) - 1)}}
+		return rangefile.Range{Lo: rangefile.U128{Lo: lo}, Hi: rangefile.U128{Lo: lo | (1<<(32-p.Bits()) - 1)}}
 	}
 	a := p.Addr().As16()
-	lo := u128{binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])}
+	lo := rangefile.U128{Hi: binary.BigEndian.Uint64(a[:8]), Lo: binary.BigEndian.Uint64(a[8:])}
 	hi := lo
 	if host := 128 - p.Bits(); host >= 64 {
-		hi.lo = ^uint64(0)
+		hi.Lo = ^uint64(0)
 		if host > 64 {
-			hi.hi |= 1<<(host-64) - 1
+			hi.Hi |= 1<<(host-64) - 1
 		}
 	} else if host > 0 {
-		hi.lo |= 1<<host - 1
+		hi.Lo |= 1<<host - 1
 	}
-	return span{lo, hi}
+	return rangefile.Range{Lo: lo, Hi: hi}
 }
 
-// list is a set of spans kept sorted and merged while the input ascends,
+// list is a set of ranges kept sorted and merged while the input ascends,
 // as a tree walk's does (a sort repairs it otherwise). It grows in chunks
 // rather than by doubling one slice: a walk of a whole database fills
 // lists of unknown length, and doubling copies would briefly need twice
 // their memory.
 type list struct {
-	chunks   [][]span
+	chunks   [][]rangefile.Range
 	n        int
 	unsorted bool
 }
@@ -110,16 +86,13 @@ const (
 	maxChunk   = 4096
 )
 
-func (l *list) add(s span) {
+func (l *list) add(s rangefile.Range) {
 	if c := len(l.chunks); c > 0 {
 		tail := l.chunks[c-1]
 		last := &tail[len(tail)-1]
-		if s.lo.less(last.lo) {
+		if s.Lo.Less(last.Lo) {
 			l.unsorted = true
-		} else if after, ok := last.hi.next(); !ok || !after.less(s.lo) {
-			if last.hi.less(s.hi) {
-				last.hi = s.hi
-			}
+		} else if last.Join(s) {
 			return
 		}
 	}
@@ -129,41 +102,28 @@ func (l *list) add(s span) {
 		if c > 0 {
 			size = min(2*cap(l.chunks[c-1]), maxChunk)
 		}
-		l.chunks = append(l.chunks, make([]span, 0, size))
+		l.chunks = append(l.chunks, make([]rangefile.Range, 0, size))
 		c++
 	}
 	l.chunks[c-1] = append(l.chunks[c-1], s)
 	l.n++
 }
 
-// flat returns the spans ascending, disjoint and not adjacent, in one
+// flat returns the ranges ascending, disjoint and not adjacent, in one
 // slice.
-func (l *list) flat() []span {
-	out := make([]span, 0, l.n)
+func (l *list) flat() []rangefile.Range {
+	out := make([]rangefile.Range, 0, l.n)
 	for _, c := range l.chunks {
 		out = append(out, c...)
 	}
 	if !l.unsorted {
 		return out
 	}
-	slices.SortFunc(out, func(a, b span) int {
-		if a.lo.less(b.lo) {
-			return -1
-		}
-		if b.lo.less(a.lo) {
-			return 1
-		}
-		return 0
-	})
-	var merged list
-	for _, s := range out {
-		merged.add(s)
-	}
-	return merged.flat()
+	return rangefile.Merge(out)
 }
 
-// each calls f with the spans in ascending order.
-func (l *list) each(f func(span)) {
+// each calls f with the ranges in ascending order.
+func (l *list) each(f func(rangefile.Range)) {
 	if l.unsorted {
 		for _, s := range l.flat() {
 			f(s)
@@ -179,25 +139,25 @@ func (l *list) each(f func(span)) {
 
 // without calls f with the parts of s that cover (ascending, merged) does
 // not contain.
-func without(s span, cover []span, f func(span)) {
-	i, _ := slices.BinarySearchFunc(cover, s.lo, func(c span, x u128) int {
-		if c.hi.less(x) {
+func without(s rangefile.Range, cover []rangefile.Range, f func(rangefile.Range)) {
+	i, _ := slices.BinarySearchFunc(cover, s.Lo, func(c rangefile.Range, x rangefile.U128) int {
+		if c.Hi.Less(x) {
 			return -1
 		}
 		return 1
 	})
-	cur := s.lo
-	for ; i < len(cover) && !s.hi.less(cover[i].lo); i++ {
-		if cur.less(cover[i].lo) {
-			f(span{cur, cover[i].lo.prev()})
+	cur := s.Lo
+	for ; i < len(cover) && !s.Hi.Less(cover[i].Lo); i++ {
+		if cur.Less(cover[i].Lo) {
+			f(rangefile.Range{Lo: cur, Hi: cover[i].Lo.Prev()})
 		}
-		next, ok := cover[i].hi.next()
-		if !ok || s.hi.less(next) {
+		next, ok := cover[i].Hi.Next()
+		if !ok || s.Hi.Less(next) {
 			return
 		}
 		cur = next
 	}
-	f(span{cur, s.hi})
+	f(rangefile.Range{Lo: cur, Hi: s.Hi})
 }
 
 // Sources are the databases to compile from; either may be nil (missing
@@ -263,7 +223,7 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 		flags |= FlagCity
 		err := src.City.CountryNetworks(func(p netip.Prefix, country, sub string) bool {
 			release(src.City)
-			s := spanOf(p)
+			s := rangeOf(p)
 			cover.add(s)
 			if l := sets["c"+country]; l != nil && country != "" {
 				l.add(s)
@@ -285,7 +245,7 @@ func Compile(src Sources, codes Codes, label string) ([]byte, error) {
 		err := src.Country.CountryNetworks(func(p netip.Prefix, country, _ string) bool {
 			release(src.Country)
 			if l := sets["c"+country]; l != nil && country != "" {
-				without(spanOf(p), covered, l.add)
+				without(rangeOf(p), covered, l.add)
 			}
 			return true
 		})
@@ -308,7 +268,7 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 			return nil, fmt.Errorf("geo snapshot: code %q is longer than 7 characters", n[1:])
 		}
 		names = append(names, n)
-		// At most: every span's IPv4 part and its mirror, plus its IPv6
+		// At most: every range's IPv4 part and its mirror, plus its IPv6
 		// part.
 		size += l.n * (rangefile.V4RangeSize + 2*rangefile.V6RangeSize)
 	}
@@ -321,27 +281,27 @@ func encode(sets map[string]*list, flags uint32, label string) ([]byte, error) {
 		rec := rangefile.Record{Enabled: true, Off4: len(buf)}
 		copy(rec.ID[:], name)
 		var v6 list
-		sets[name].each(func(s span) {
-			if !v4Top.less(s.lo) {
+		sets[name].each(func(s rangefile.Range) {
+			if !v4Top.Less(s.Lo) {
 				part := s
-				if v4Top.less(part.hi) {
-					part.hi = v4Top
+				if v4Top.Less(part.Hi) {
+					part.Hi = v4Top
 				}
-				buf = rangefile.AppendV4(buf, uint32(part.lo.lo), uint32(part.hi.lo))
+				buf = rangefile.AppendV4(buf, uint32(part.Lo.Lo), uint32(part.Hi.Lo))
 				rec.N4++
-				v6.add(span{u128{0, 0xffff<<32 | part.lo.lo}, u128{0, 0xffff<<32 | part.hi.lo}})
+				v6.add(rangefile.Range{Lo: rangefile.U128{Lo: 0xffff<<32 | part.Lo.Lo}, Hi: rangefile.U128{Lo: 0xffff<<32 | part.Hi.Lo}})
 			}
-			if v4Top.less(s.hi) {
+			if v4Top.Less(s.Hi) {
 				part := s
-				if !v4Top.less(part.lo) {
-					part.lo, _ = v4Top.next()
+				if !v4Top.Less(part.Lo) {
+					part.Lo, _ = v4Top.Next()
 				}
 				v6.add(part)
 			}
 		})
 		rec.Off6 = len(buf)
-		v6.each(func(s span) {
-			buf = rangefile.AppendV6(buf, s.lo.hi, s.lo.lo, s.hi.hi, s.hi.lo)
+		v6.each(func(s rangefile.Range) {
+			buf = rangefile.AppendV6(buf, s)
 			rec.N6++
 		})
 		rec.Put(buf, i)

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/openflare/openflare-agent/internal/mmdb"
-	"github.com/openflare/openflare-agent/testing/geodb"
+	"openflare/internal/mmdb"
+	"openflare/internal/rangefile"
+	"openflare/testing/geodb"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -433,7 +434,7 @@ func TestBuilder(t *testing.T) {
 	}
 }
 
-// The span list and the subtraction against a bitmap of a small space,
+// The range list and the subtraction against a bitmap of a small space,
 // with input in order (as a walk gives it), out of order, overlapping and
 // adjacent, across chunk boundaries.
 func TestListAndWithout(t *testing.T) {
@@ -451,7 +452,7 @@ func TestListAndWithout(t *testing.T) {
 				break
 			}
 			hi := lo + uint64(rng.IntN(6))
-			l.add(span{u128{0, lo}, u128{0, hi}})
+			l.add(rangefile.Range{Lo: rangefile.U128{Lo: lo}, Hi: rangefile.U128{Lo: hi}})
 			for a := lo; a <= hi; a++ {
 				want[a] = true
 			}
@@ -459,26 +460,26 @@ func TestListAndWithout(t *testing.T) {
 		for range rng.IntN(40) {
 			a := uint64(rng.IntN(space - 200))
 			b := a + uint64(rng.IntN(200))
-			cover.add(span{u128{0, a}, u128{0, b}})
+			cover.add(rangefile.Range{Lo: rangefile.U128{Lo: a}, Hi: rangefile.U128{Lo: b}})
 			for x := a; x <= b; x++ {
 				covered[x] = true
 			}
 		}
 		var got, rest [space]bool
-		prev := span{}
+		prev := rangefile.Range{}
 		first := true
-		l.each(func(s span) {
+		l.each(func(s rangefile.Range) {
 			if !first {
-				if after, _ := prev.hi.next(); !after.less(s.lo) {
+				if after, _ := prev.Hi.Next(); !after.Less(s.Lo) {
 					t.Fatalf("round %d: spans %v and %v overlap, touch or descend", round, prev, s)
 				}
 			}
 			first, prev = false, s
-			for a := s.lo.lo; a <= s.hi.lo; a++ {
+			for a := s.Lo.Lo; a <= s.Hi.Lo; a++ {
 				got[a] = true
 			}
-			without(s, cover.flat(), func(p span) {
-				for a := p.lo.lo; a <= p.hi.lo; a++ {
+			without(s, cover.flat(), func(p rangefile.Range) {
+				for a := p.Lo.Lo; a <= p.Hi.Lo; a++ {
 					rest[a] = true
 				}
 			})

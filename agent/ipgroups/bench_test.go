@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // Landing one 100 000-entry group must take well under 200 ms. Each
@@ -15,7 +15,7 @@ func BenchmarkPush100k(b *testing.B) {
 	s, _ := seed(b, versions[1], group(2, true, "198.51.100.7"))
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		res, err := s.Push([]protocol.WAFIPGroup{versions[i%2]})
+		res, err := push(s, []protocol.WAFIPGroup{versions[i%2]})
 		if err != nil || len(res.Landed) != 1 {
 			b.Fatalf("%+v, %v", res, err)
 		}

@@ -1,18 +1,20 @@
 package ipgroups
 
 import (
+	"bufio"
 	"bytes"
-	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"io"
+	"os"
 	"path/filepath"
-	"slices"
+	"sort"
+	"strings"
 
-	"github.com/openflare/openflare-agent/internal/rangefile"
+	"openflare/internal/rangefile"
 )
 
 // The compiled snapshot, waf_ip_groups.bin, is what the nginx workers
@@ -44,185 +46,225 @@ func labelOf(snapshot []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Compile builds the compiled file for a snapshot (the exact bytes of
-// waf_ip_groups.json).
+// Compile builds the compiled file for a snapshot held in memory (the
+// exact bytes of waf_ip_groups.json), as the store writes it beside the
+// JSON: for tools and tests that make snapshots by hand. As the Lua
+// runtime did, it takes a group's id from its key.
 func Compile(snapshot []byte) ([]byte, error) {
-	groups, err := parseRaw(snapshot)
+	r := bytes.NewReader(snapshot)
+	var keys []string
+	parts := make(map[string]part)
+	err := walk(r, nil, func(key string, _ uint64, g *storedGroup) error {
+		keys = append(keys, key)
+		parts[key] = part{r: r, at: g.at}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ip groups: compile: decode snapshot: %w", err)
 	}
-	return compileGroups(groups, labelOf(snapshot))
-}
-
-// compileGroups builds the compiled file from the snapshot's raw groups.
-// Memory is the output plus one group's ranges at a time: the entries are
-// read in place from the raw JSON, never collected as strings.
-func compileGroups(groups map[string]json.RawMessage, label string) ([]byte, error) {
-	keys := make([]uint64, 0, len(groups))
-	for key := range maps.Keys(groups) {
-		id, err := parseKey(key)
-		if err != nil {
-			return nil, fmt.Errorf("ip groups: compile: %w", err)
-		}
-		keys = append(keys, id)
-	}
-	slices.Sort(keys)
-
-	// Every comma may separate entries; IPv4 ranges take 8 bytes. Sizing
-	// the buffer for that once spares the copies of growing it by appends
-	// (for IPv6 it still grows).
-	hint := rangefile.HeaderSize + rangefile.RecordSize*len(keys)
-	for _, raw := range groups {
-		hint += rangefile.V4RangeSize * (bytes.Count(raw, []byte{','}) + 1)
-	}
-	buf, err := rangefile.New(compiledMagic, label, len(keys), 0, min(hint, MaxCompiledBytes))
+	f, err := os.CreateTemp("", "openflare-compile-*")
 	if err != nil {
 		return nil, fmt.Errorf("ip groups: compile: %w", err)
 	}
-
-	var c compiler
-	for i, id := range keys {
-		key := idKey(id)
-		enabled, err := c.group(groups[key])
-		if err != nil {
-			return nil, fmt.Errorf("ip groups: compile group %s: %w", key, err)
-		}
-		rec := rangefile.Record{ID: rangefile.NumericID(id), Enabled: enabled}
-		if enabled {
-			// The offsets are checked below: the whole file stays under 4 GiB.
-			rec.N4, rec.Off4 = len(c.v4), len(buf)
-			for _, r := range c.v4 {
-				buf = rangefile.AppendV4(buf, uint32(r>>32), uint32(r))
-			}
-			rec.N6, rec.Off6 = len(c.v6), len(buf)
-			for _, r := range c.v6 {
-				buf = rangefile.AppendV6(buf, r.lo.hi, r.lo.lo, r.hi.hi, r.hi.lo)
-			}
-			if len(buf) > MaxCompiledBytes {
-				return nil, fmt.Errorf("ip groups: compiled snapshot exceeds %d bytes", MaxCompiledBytes)
-			}
-		}
-		rec.Put(buf, i)
+	os.Remove(f.Name())
+	defer f.Close()
+	if err := compile(keys, parts, labelOf(snapshot), f, os.TempDir()); err != nil {
+		return nil, err
 	}
-	return buf, nil
+	return io.ReadAll(io.NewSectionReader(f, 0, MaxCompiledBytes))
 }
 
-type range6 struct{ lo, hi u128 }
-
-// compiler holds one group's ranges; the slices are reused from group to
-// group.
-type compiler struct {
-	// v4 packs each range as lo<<32 | hi, so sorting the integers sorts
-	// the ranges: 8 bytes per entry.
-	v4 []uint64
-	v6 []range6
-}
-
-// group compiles one stored group object into c.v4 and c.v6 and reports
-// whether it is enabled. Like the Lua runtime used to, it counts any
-// "enabled" other than false or null as enabled (the agent only ever
-// writes booleans), takes a non-array ip_list as empty, and ignores
-// entries that are not strings. Of repeated keys the last wins, as in a
-// decoded object.
-func (c *compiler) group(raw json.RawMessage) (enabled bool, err error) {
-	c.v4, c.v6 = c.v4[:0], c.v6[:0]
-	// As for the buffer: one allocation for the common IPv4 list.
-	c.v4 = slices.Grow(c.v4, bytes.Count(raw, []byte{','})+1)
-	s := &scanner{b: raw}
-	err = s.members(func(key []byte) error {
-		switch string(key) {
-		case "enabled":
-			v := s.peek()
-			enabled = v != 'f' && v != 'n'
-			return s.skip()
-		case "ip_list":
-			c.v4, c.v6 = c.v4[:0], c.v6[:0]
-			if s.peek() != '[' {
-				return s.skip()
-			}
-			return s.elements(c.element(s))
-		}
-		return s.skip()
-	})
+// compile writes the compiled file of the snapshot of parts, in the order
+// of keys, to f, sorting in dir. A batch's group was compiled as it was
+// verified and is copied; a group from a JSON file is walked as a snapshot
+// of its own. Memory is a sort chunk and the buffers: the entries are read
+// as a stream and each group's ranges sorted on disk. The header and
+// records lead the file but are known only at the end, so the ranges are
+// written behind room kept for them, and they last.
+func compile(keys []string, parts map[string]part, label string, f *os.File, dir string) error {
+	head, err := rangefile.New(compiledMagic, label, len(keys), 0, 0)
 	if err != nil {
-		return false, err
+		return fmt.Errorf("ip groups: compile: %w", err)
 	}
-	if s.peek() != 0 {
-		return false, fmt.Errorf("%w: data after the group object", errSyntax)
+	w := bufio.NewWriterSize(f, 64<<10)
+	c := &compiler{w: w, off: len(head), sort: sorter{dir: dir}, recs: make([]rangedGroup, 0, len(keys))}
+	defer c.sort.close()
+	if _, err := w.Write(head); err != nil {
+		return fmt.Errorf("ip groups: compile: %w", err)
 	}
-	if !enabled {
-		c.v4, c.v6 = c.v4[:0], c.v6[:0]
-		return false, nil
+	r := bufio.NewReaderSize(nil, readBuffer)
+	walked := func(_ string, id uint64, g *storedGroup) error {
+		rec, err := c.group(id, g.enabled)
+		c.recs = append(c.recs, rangedGroup{id, rec})
+		return err
 	}
-	c.merge()
-	return true, nil
+	for _, key := range keys {
+		p := parts[key]
+		if p.bin != nil {
+			err = c.copy(p.rec, p.bin)
+		} else {
+			r.Reset(io.MultiReader(strings.NewReader(`{"groups":{"`+key+`":`), io.NewSectionReader(p.r, p.at.off, p.at.n), strings.NewReader(`}}`)))
+			err = walk(r, c.entry, walked)
+		}
+		if err != nil {
+			return fmt.Errorf("ip groups: compile: group %s: %w", key, err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("ip groups: compile: %w", err)
+	}
+	recs := c.recs
+	sort.Slice(recs, func(i, j int) bool { return recs[i].id < recs[j].id })
+	for i, r := range recs {
+		r.rec.Put(head, i)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("ip groups: compile: %w", err)
+	}
+	if _, err := f.Write(head); err != nil {
+		return fmt.Errorf("ip groups: compile: %w", err)
+	}
+	return nil
 }
 
-// element returns the per-element step of an ip_list walk.
-func (c *compiler) element(s *scanner) func() error {
-	return func() error {
-		if s.peek() != '"' {
-			return s.skip()
-		}
-		text, err := s.str()
-		if err != nil {
+// rangedGroup is a group's record in the compiled file.
+type rangedGroup struct {
+	id  uint64
+	rec rangefile.Record
+}
+
+// copy adds a group compiled beforehand (Batch.verify), its ranges in r
+// where its record says.
+func (c *compiler) copy(g rangedGroup, r io.ReaderAt) error {
+	if g.rec.Enabled {
+		n := g.rec.Off6 + rangefile.V6RangeSize*g.rec.N6 - g.rec.Off4
+		if _, err := io.Copy(c.w, io.NewSectionReader(r, int64(g.rec.Off4), int64(n))); err != nil {
 			return err
 		}
-		e, ok := parseEntry(text)
-		switch {
-		case !ok:
-		case e.v6:
-			lo, hi := v6Range(e.a6, e.plen)
-			c.v6 = append(c.v6, range6{lo, hi})
-		default:
-			lo, hi := v4Range(e.v4, e.plen)
-			c.v4 = append(c.v4, uint64(lo)<<32|uint64(hi))
+		g.rec.Off4, g.rec.Off6 = c.off, c.off+g.rec.Off6-g.rec.Off4
+		if c.off += n; c.off > MaxCompiledBytes {
+			return fmt.Errorf("compiled snapshot exceeds %d bytes", MaxCompiledBytes)
 		}
-		return nil
 	}
+	c.recs = append(c.recs, g)
+	return nil
 }
 
-// merge sorts the ranges and joins overlapping and adjacent ones in place.
-func (c *compiler) merge() {
-	slices.Sort(c.v4)
-	out := c.v4[:0]
-	for _, r := range c.v4 {
-		if n := len(out); n > 0 {
-			last := &out[n-1]
-			lastHi := *last & 0xffffffff
-			if r>>32 <= lastHi+1 {
-				if hi := r & 0xffffffff; hi > lastHi {
-					*last = *last&^0xffffffff | hi
-				}
-				continue
-			}
-		}
-		out = append(out, r)
-	}
-	c.v4 = out
+// compiler turns one group at a time into ranges. Each entry's range is
+// sorted as a record that orders as the range does: a family byte (all of
+// IPv4 before IPv6) and lo, hi big-endian.
+type compiler struct {
+	w    io.Writer
+	off  int // bytes of the file so far
+	sort sorter
+	recs []rangedGroup
+	rec  [1 + 32]byte
+	buf  []byte // ranges not yet written
+}
 
-	slices.SortFunc(c.v6, func(a, b range6) int {
-		// The merge below joins ranges with equal lo in any order.
-		if c := cmp.Compare(a.lo.hi, b.lo.hi); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.lo.lo, b.lo.lo)
-	})
-	out6 := c.v6[:0]
-	for _, r := range c.v6 {
-		if n := len(out6); n > 0 {
-			last := &out6[n-1]
-			after, ok := last.hi.next()
-			if !ok || !after.less(r.lo) {
-				if last.hi.less(r.hi) {
-					last.hi = r.hi
-				}
-				continue
-			}
-		}
-		out6 = append(out6, r)
+var be = binary.BigEndian
+
+// entry adds one entry's range to the group's; nil starts the list again.
+func (c *compiler) entry(text []byte) error {
+	if text == nil {
+		return c.sort.reset()
 	}
-	c.v6 = out6
+	e, ok := parseEntry(text)
+	if !ok {
+		return nil
+	}
+	rec := c.rec[:]
+	if e.v6 {
+		lo, hi := v6Range(e.a6, e.plen)
+		rec[0] = 6
+		be.PutUint64(rec[1:], lo.Hi)
+		be.PutUint64(rec[9:], lo.Lo)
+		be.PutUint64(rec[17:], hi.Hi)
+		be.PutUint64(rec[25:], hi.Lo)
+	} else {
+		lo, hi := v4Range(e.v4, e.plen)
+		rec = rec[:9]
+		rec[0] = 4
+		be.PutUint32(rec[1:], lo)
+		be.PutUint32(rec[5:], hi)
+	}
+	return c.sort.add(rec)
+}
+
+// group writes the ranges of a group whose object just ended, joining
+// those that overlap or touch, and returns its record.
+func (c *compiler) group(id uint64, enabled bool) (rangefile.Record, error) {
+	rec := rangefile.Record{ID: rangefile.NumericID(id), Enabled: enabled}
+	if enabled {
+		rec.Off4 = c.off
+		var v4 [2]uint64 // lo, hi of the range being joined
+		var v6 rangefile.Range
+		has4, has6 := false, false
+		err := c.sort.each(func(r []byte) error {
+			if r[0] == 4 {
+				lo, hi := uint64(be.Uint32(r[1:])), uint64(be.Uint32(r[5:]))
+				if has4 && lo <= v4[1]+1 {
+					v4[1] = max(v4[1], hi)
+					return nil
+				}
+				if has4 {
+					c.buf = rangefile.AppendV4(c.buf, uint32(v4[0]), uint32(v4[1]))
+					rec.N4++
+				}
+				v4, has4 = [2]uint64{lo, hi}, true
+				return c.spill()
+			}
+			if has4 {
+				c.buf = rangefile.AppendV4(c.buf, uint32(v4[0]), uint32(v4[1]))
+				rec.N4++
+				has4 = false
+			}
+			next := rangefile.Range{
+				Lo: rangefile.U128{Hi: be.Uint64(r[1:]), Lo: be.Uint64(r[9:])},
+				Hi: rangefile.U128{Hi: be.Uint64(r[17:]), Lo: be.Uint64(r[25:])},
+			}
+			if has6 && v6.Join(next) {
+				return nil
+			}
+			if has6 {
+				c.buf = rangefile.AppendV6(c.buf, v6)
+				rec.N6++
+			}
+			v6, has6 = next, true
+			return c.spill()
+		})
+		if err != nil {
+			return rec, err
+		}
+		if has4 {
+			c.buf = rangefile.AppendV4(c.buf, uint32(v4[0]), uint32(v4[1]))
+			rec.N4++
+		}
+		if has6 {
+			c.buf = rangefile.AppendV6(c.buf, v6)
+			rec.N6++
+		}
+		rec.Off6 = rec.Off4 + rangefile.V4RangeSize*rec.N4
+		c.off = rec.Off6 + rangefile.V6RangeSize*rec.N6
+		if c.off > MaxCompiledBytes {
+			return rec, fmt.Errorf("compiled snapshot exceeds %d bytes", MaxCompiledBytes)
+		}
+	}
+	if _, err := c.w.Write(c.buf); err != nil {
+		return rec, err
+	}
+	c.buf = c.buf[:0]
+	return rec, c.sort.reset()
+}
+
+// spill writes out ranges once enough have gathered.
+func (c *compiler) spill() error {
+	if len(c.buf) < 32<<10 {
+		return nil
+	}
+	_, err := c.w.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
 }
 
 // errStaleCompiled marks a compiled file that does not belong to the JSON.

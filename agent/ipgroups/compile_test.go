@@ -3,7 +3,6 @@ package ipgroups
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -14,18 +13,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/rangefile"
 )
 
 // compileList compiles one enabled group holding entries and returns its
 // decoded ranges.
 func compileList(t testing.TB, entries ...string) compiledGroup {
 	t.Helper()
-	raw, err := json.Marshal(map[string]any{"id": 1, "enabled": true, "ip_list": entries})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := compileGroups(map[string]json.RawMessage{"1": raw}, strings.Repeat("a", 64))
+	b, err := Compile(expectedSnapshot(protocol.WAFIPGroup{ID: 1, Enabled: true, IPList: entries}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +113,8 @@ func TestParseEntrySyntax(t *testing.T) {
 	}
 }
 
-func toU128(b [16]byte) u128 {
-	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+func toU128(b [16]byte) rangefile.U128 {
+	return rangefile.U128{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
 }
 
 func TestCompileMergesRanges(t *testing.T) {
@@ -231,13 +227,13 @@ func TestCompiledFileFollowsSnapshot(t *testing.T) {
 	assertConsistent(t, dir)
 
 	before := snapshotFiles(t, dir)
-	if res, err := s.Push([]protocol.WAFIPGroup{a}); err != nil || !res.Unchanged {
+	if res, err := push(s, []protocol.WAFIPGroup{a}); err != nil || !res.Unchanged {
 		t.Fatalf("push unchanged: %+v %v", res, err)
 	}
 	assertUntouched(t, dir, before)
 
 	b := group(3, true, "198.51.100.0/24")
-	if _, err := s.Push([]protocol.WAFIPGroup{b}); err != nil {
+	if _, err := push(s, []protocol.WAFIPGroup{b}); err != nil {
 		t.Fatal(err)
 	}
 	assertConsistent(t, dir)
@@ -245,7 +241,7 @@ func TestCompiledFileFollowsSnapshot(t *testing.T) {
 	// A crash after the JSON write: the compiled file still describes the
 	// old JSON. And an agent that predates the file: none at all.
 	stale := readFile(t, filepath.Join(dir, CompiledName))
-	if _, err := s.Push([]protocol.WAFIPGroup{a}); err != nil {
+	if _, err := push(s, []protocol.WAFIPGroup{a}); err != nil {
 		t.Fatal(err)
 	}
 	for _, damage := range []func(){
@@ -352,24 +348,24 @@ func TestCompiledMatchesNetip(t *testing.T) {
 }
 
 // pick6 returns a bound of [lo, hi] or a neighbour just outside it.
-func pick6(r *rand.Rand, lo, hi u128) netip.Addr {
-	v := []u128{lo, hi}[r.IntN(2)]
+func pick6(r *rand.Rand, lo, hi rangefile.U128) netip.Addr {
+	v := []rangefile.U128{lo, hi}[r.IntN(2)]
 	switch r.IntN(3) {
 	case 0:
-		if n, ok := hi.next(); ok {
+		if n, ok := hi.Next(); ok {
 			v = n
 		}
 	case 1:
-		if lo != (u128{}) {
-			v = u128{lo.hi, lo.lo - 1}
-			if lo.lo == 0 {
-				v.hi--
+		if lo != (rangefile.U128{}) {
+			v = rangefile.U128{Hi: lo.Hi, Lo: lo.Lo - 1}
+			if lo.Lo == 0 {
+				v.Hi--
 			}
 		}
 	}
 	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], v.hi)
-	binary.BigEndian.PutUint64(b[8:], v.lo)
+	binary.BigEndian.PutUint64(b[:8], v.Hi)
+	binary.BigEndian.PutUint64(b[8:], v.Lo)
 	// AddrFrom16 keeps a mapped address in the IPv6 family.
 	return netip.AddrFrom16(b)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/openflare/openflare-agent/internal/rangefile"
+	"openflare/internal/rangefile"
 )
 
 // The layout as the tests read it back, independently of the writer

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // The child process: pushes new versions of group 1 into the store in
@@ -73,7 +73,7 @@ func crashChild(dir string) {
 		if _, err := fmt.Fprintln(logFile, sha(expectedSnapshot(g, crashStatic))); err != nil {
 			fail(err)
 		}
-		res, err := s.Push([]protocol.WAFIPGroup{g})
+		res, err := push(s, []protocol.WAFIPGroup{g})
 		if err != nil || len(res.Landed) != 1 {
 			fail(fmt.Errorf("push %d: %+v, %v", v, res, err))
 		}

@@ -1,5 +1,7 @@
 package ipgroups
 
+import "openflare/internal/rangefile"
+
 // This file is the Go twin of the entry syntax in waf/ipmatch.lua: an entry
 // the Lua parser rejects must be rejected here too (it never matches), and
 // an accepted one must cover the same addresses. It is deliberately a
@@ -30,27 +32,11 @@ func indexGap[T text](s T) int {
 	return -1
 }
 
-// u128 is an IPv6 address or bound, most significant half first.
-type u128 struct{ hi, lo uint64 }
-
-func (a u128) less(b u128) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
-
-// next returns a+1 and false when a is the largest value.
-func (a u128) next() (u128, bool) {
-	if a.lo != ^uint64(0) {
-		return u128{a.hi, a.lo + 1}, true
-	}
-	if a.hi != ^uint64(0) {
-		return u128{a.hi + 1, 0}, true
-	}
-	return a, false
-}
-
 // entry is a parsed list entry: a network of one family.
 type entry struct {
 	v6   bool
 	v4   uint32
-	a6   u128
+	a6   rangefile.U128
 	plen int
 }
 
@@ -138,7 +124,7 @@ func parseGroups[T text](s T, out []uint16, tailV4 bool) ([]uint16, bool) {
 	}
 }
 
-func parseV6[T text](s T) (u128, bool) {
+func parseV6[T text](s T) (rangefile.U128, bool) {
 	var headBuf, tailBuf [8]uint16
 	head, tail := headBuf[:0], tailBuf[:0]
 	var ok bool
@@ -146,26 +132,26 @@ func parseV6[T text](s T) (u128, bool) {
 		// Lua searches for a second "::" from the gap's second colon, so
 		// ":::" is refused too.
 		if indexGap(s[gap+1:]) >= 0 {
-			return u128{}, false
+			return rangefile.U128{}, false
 		}
 		if head, ok = parseGroups(s[:gap], head, false); !ok {
-			return u128{}, false
+			return rangefile.U128{}, false
 		}
 		if tail, ok = parseGroups(s[gap+2:], tail, true); !ok || len(head)+len(tail) > 7 {
-			return u128{}, false
+			return rangefile.U128{}, false
 		}
 	} else if head, ok = parseGroups(s, head, true); !ok || len(head) != 8 {
-		return u128{}, false
+		return rangefile.U128{}, false
 	}
 	var groups [8]uint16
 	copy(groups[:], head)
 	copy(groups[8-len(tail):], tail)
-	var a u128
+	var a rangefile.U128
 	for i, g := range groups {
 		if i < 4 {
-			a.hi = a.hi<<16 | uint64(g)
+			a.Hi = a.Hi<<16 | uint64(g)
 		} else {
-			a.lo = a.lo<<16 | uint64(g)
+			a.Lo = a.Lo<<16 | uint64(g)
 		}
 	}
 	return a, true
@@ -234,15 +220,15 @@ func v4Range(addr uint32, plen int) (lo, hi uint32) {
 	return addr & mask, addr&mask | ^mask
 }
 
-func v6Range(a u128, plen int) (lo, hi u128) {
-	var mask u128
+func v6Range(a rangefile.U128, plen int) (lo, hi rangefile.U128) {
+	var mask rangefile.U128
 	if plen <= 64 {
-		mask.hi = ^uint64(0) << (64 - plen)
+		mask.Hi = ^uint64(0) << (64 - plen)
 	} else {
-		mask.hi = ^uint64(0)
-		mask.lo = ^uint64(0) << (128 - plen)
+		mask.Hi = ^uint64(0)
+		mask.Lo = ^uint64(0) << (128 - plen)
 	}
-	lo = u128{a.hi & mask.hi, a.lo & mask.lo}
-	hi = u128{lo.hi | ^mask.hi, lo.lo | ^mask.lo}
+	lo = rangefile.U128{Hi: a.Hi & mask.Hi, Lo: a.Lo & mask.Lo}
+	hi = rangefile.U128{Hi: lo.Hi | ^mask.Hi, Lo: lo.Lo | ^mask.Lo}
 	return lo, hi
 }

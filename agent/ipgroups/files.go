@@ -1,21 +1,19 @@
 package ipgroups
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/internal/atomicfile"
+	"openflare/internal/jsonstream"
 )
 
 // File names inside runtime_config_dir (PROTOCOL 7.3).
@@ -36,88 +34,181 @@ const fileMode fs.FileMode = 0o644
 // workers must be able to traverse it.
 const dirMode fs.FileMode = 0o755
 
-// errTooLarge marks a file on disk bigger than MaxSnapshotBytes.
-var errTooLarge = errors.New("larger than the snapshot limit")
+// readBuffer is the buffer a snapshot file is read through.
+const readBuffer = 64 << 10
 
-// readSnapshotFile reads the JSON file, refusing one larger than the limit
-// before allocating for it.
-func readSnapshotFile(path string) ([]byte, error) {
+// errTooLarge marks a file on disk bigger than MaxSnapshotBytes, and
+// errUnusable one that does not parse as a snapshot.
+var (
+	errTooLarge = errors.New("larger than the snapshot limit")
+	errUnusable = errors.New("not a usable snapshot")
+)
+
+// readSnapshot opens the JSON file at path and walks it down to its
+// groups, copying its bytes to hash when not nil. A file larger than the
+// limit is refused before it is read. The caller closes the file.
+func readSnapshot(path string, hash io.Writer) (*os.File, map[string]storedGroup, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer f.Close()
 	info, err := f.Stat()
+	if err == nil && info.Size() > MaxSnapshotBytes {
+		err = fmt.Errorf("%s is %d bytes: %w (%d bytes)", path, info.Size(), errTooLarge, MaxSnapshotBytes)
+	}
+	var heads map[string]storedGroup
+	if err == nil {
+		var r io.Reader = bufio.NewReaderSize(f, readBuffer)
+		if hash != nil {
+			r = io.TeeReader(r, hash)
+		}
+		if heads, err = readHeads(r); err != nil {
+			err = fmt.Errorf("%s: %w: %w", path, errUnusable, err)
+		}
+	}
 	if err != nil {
-		return nil, err
+		f.Close()
+		return nil, nil, err
 	}
-	if info.Size() > MaxSnapshotBytes {
-		return nil, fmt.Errorf("%s is %d bytes: %w (%d bytes)", path, info.Size(), errTooLarge, MaxSnapshotBytes)
-	}
-	data := make([]byte, info.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return f, heads, nil
 }
 
-// groupHead is the part of a stored group needed to report checksums; the
-// decoder skips ip_list without allocating its entries.
-type groupHead struct {
-	ID       uint64 `json:"id"`
-	Checksum string `json:"checksum"`
+// sumsOf is "<id>" → checksum of heads.
+func sumsOf(heads map[string]storedGroup) map[string]string {
+	sums := make(map[string]string, len(heads))
+	for key, g := range heads {
+		sums[key] = g.checksum
+	}
+	return sums
 }
 
-// parseHeads decodes a snapshot down to id → checksum, validating the shape
-// the Lua runtime relies on.
-func parseHeads(data []byte) (map[string]string, error) {
-	var doc struct {
-		Groups map[string]*groupHead `json:"groups"`
+// storedGroup is one group of a snapshot file.
+type storedGroup struct {
+	id       uint64
+	checksum string
+	enabled  bool
+	at       section // the group's object in the file
+}
+
+// walk reads a snapshot as a stream, checking the shape the store relies
+// on ({"groups":{…}} with canonical decimal keys, each an object), and
+// calls group as each group's object ends, with the id its key names. entry, when
+// not nil, is called before with each string of the group's ip_list,
+// unescaped and valid only during the call, and with nil where a list
+// starts (a repeated ip_list key replaces the list). As the Lua runtime
+// used to, it takes any "enabled" but false or null as enabled and a
+// non-array ip_list as empty, and skips entries that are not strings.
+func walk(r io.Reader, entry func(e []byte) error, group func(key string, id uint64, g *storedGroup) error) error {
+	dec := json.NewDecoder(r)
+	var raw json.RawMessage
+	var text []byte
+	list := func() error {
+		if entry != nil {
+			if err := entry(nil); err != nil {
+				return err
+			}
+		}
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if tok != json.Delim('[') {
+			return jsonstream.SkipRest(dec, tok)
+		}
+		for dec.More() {
+			if err := dec.Decode(&raw); err != nil {
+				return err
+			}
+			if entry == nil {
+				continue
+			}
+			if e, ok := stringValue(raw, &text); ok {
+				if err := entry(e); err != nil {
+					return err
+				}
+			}
+		}
+		_, err = dec.Token() // ']'
+		return err
 	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	if doc.Groups == nil {
-		return nil, errors.New(`no "groups" object`)
-	}
-	sums := make(map[string]string, len(doc.Groups))
-	for key, g := range doc.Groups {
+	one := func(key string) error {
 		id, err := parseKey(key)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if g == nil {
-			return nil, fmt.Errorf("group %q is null", key)
+		tok, err := dec.Token()
+		if err != nil {
+			return err
 		}
-		if g.ID != id {
-			return nil, fmt.Errorf("group %q has id %d", key, g.ID)
+		if tok != json.Delim('{') {
+			return fmt.Errorf("group %q is %v, not an object", key, tok)
 		}
-		sums[key] = g.Checksum
+		g := storedGroup{at: section{off: dec.InputOffset() - 1}}
+		err = jsonstream.Fields(dec, func(field string) error {
+			switch field {
+			case "id":
+				return dec.Decode(&g.id)
+			case "checksum":
+				return dec.Decode(&g.checksum)
+			case "enabled":
+				if err := dec.Decode(&raw); err != nil {
+					return err
+				}
+				g.enabled = string(raw) != "false" && string(raw) != "null"
+				return nil
+			case "ip_list":
+				return list()
+			}
+			return jsonstream.Skip(dec)
+		})
+		if err != nil {
+			return err
+		}
+		g.at.n = dec.InputOffset() - g.at.off
+		return group(key, id, &g)
 	}
-	return sums, nil
+	found := false
+	err := jsonstream.Object(dec, func(key string) error {
+		if key != "groups" {
+			return jsonstream.Skip(dec)
+		}
+		tok, err := dec.Token()
+		if err != nil || tok == nil {
+			return err
+		}
+		if tok != json.Delim('{') {
+			return fmt.Errorf("%w: groups is %v", jsonstream.ErrShape, tok)
+		}
+		found = true
+		return jsonstream.Fields(dec, one)
+	})
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errors.New(`no "groups" object`)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the snapshot object")
+	}
+	return nil
 }
 
-// parseRaw decodes a snapshot into one raw JSON value per group: the bytes
-// are kept as they are, so no IP entry is allocated.
-func parseRaw(data []byte) (map[string]json.RawMessage, error) {
-	var doc struct {
-		Groups map[string]json.RawMessage `json:"groups"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	if doc.Groups == nil {
-		return nil, errors.New(`no "groups" object`)
-	}
-	for key, raw := range doc.Groups {
-		if _, err := parseKey(key); err != nil {
-			return nil, err
+// readHeads walks a snapshot down to its groups, by key, each holding the
+// id its key names.
+func readHeads(r io.Reader) (map[string]storedGroup, error) {
+	heads := make(map[string]storedGroup)
+	err := walk(r, nil, func(key string, id uint64, g *storedGroup) error {
+		if _, dup := heads[key]; dup {
+			return fmt.Errorf("group %q appears twice", key)
 		}
-		if len(raw) == 0 || raw[0] != '{' {
-			return nil, fmt.Errorf("group %q is not an object", key)
+		if g.id != id {
+			return fmt.Errorf("group %q has id %d", key, g.id)
 		}
-	}
-	return doc.Groups, nil
+		heads[key] = *g
+		return nil
+	})
+	return heads, err
 }
 
 // parseKey accepts only the canonical decimal form, the one the Lua side
@@ -130,80 +221,6 @@ func parseKey(key string) (uint64, error) {
 		return 0, fmt.Errorf("group key %q is not a decimal id", key)
 	}
 	return id, nil
-}
-
-// readRaw reads and decodes the current snapshot for an update.
-func readRaw(path string) (map[string]json.RawMessage, error) {
-	data, err := readSnapshotFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("ip groups: read snapshot: %w", err)
-	}
-	raw, err := parseRaw(data)
-	if err != nil {
-		return nil, fmt.Errorf("ip groups: decode snapshot %s: %w", path, err)
-	}
-	return raw, nil
-}
-
-// encodeSnapshot produces exactly what encoding/json emits for
-// {"groups":map[string]json.RawMessage}: keys sorted as strings, values as
-// they are. Values come from json.Marshal (in verify, or in the agent that
-// wrote the file), so they are already compact, and copying them verbatim
-// keeps unchanged groups byte-identical without another scan of up to
-// 20 MiB; a hand-edited value stays as written, which the Lua side parses
-// just the same. The size is known before anything is allocated, so an
-// oversized snapshot costs no buffer.
-func encodeSnapshot(groups map[string]json.RawMessage) ([]byte, error) {
-	const head, tail = `{"groups":{`, `}}`
-	size := len(head) + len(tail)
-	for key, raw := range groups {
-		size += len(key) + len(raw) + 3 // quotes and colon
-	}
-	if len(groups) > 1 {
-		size += len(groups) - 1 // commas
-	}
-	if size > MaxSnapshotBytes {
-		return nil, fmt.Errorf("ip groups: snapshot would be %d bytes, over the %d-byte (20 MiB) limit; kept the previous snapshot", size, MaxSnapshotBytes)
-	}
-	buf := make([]byte, 0, size)
-	buf = append(buf, head...)
-	for i, key := range slices.Sorted(maps.Keys(groups)) {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		// Keys are canonical decimal ids: nothing to escape.
-		buf = append(buf, '"')
-		buf = append(buf, key...)
-		buf = append(buf, '"', ':')
-		buf = append(buf, groups[key]...)
-	}
-	return append(buf, tail...), nil
-}
-
-// checksumLine is the content of the .checksum file for a snapshot.
-func checksumLine(data []byte) []byte {
-	sum := sha256.Sum256(data)
-	return []byte(hex.EncodeToString(sum[:]) + "\n")
-}
-
-// writeSnapshot lands data and its compiled form: the JSON, then the
-// compiled file, then the checksum file, each atomically. The Lua side
-// looks at the compiled file only after the checksum file changes, and
-// takes it only when its label is that checksum, so it never uses a file
-// that is not complete on disk. A crash before the checksum file leaves
-// the old checksum, which the old compiled file no longer matches: the
-// workers keep their groups until Open repairs both.
-func writeSnapshot(dir string, data, compiled []byte) error {
-	if err := atomicfile.WriteFile(filepath.Join(dir, SnapshotName), data, fileMode); err != nil {
-		return fmt.Errorf("ip groups: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CompiledName), compiled, fileMode); err != nil {
-		return fmt.Errorf("ip groups: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, ChecksumName), checksumLine(data), fileMode); err != nil {
-		return fmt.Errorf("ip groups: %w", err)
-	}
-	return nil
 }
 
 // moveAside renames an unusable snapshot to <name>.corrupt-<unix> so it can
@@ -225,8 +242,9 @@ func moveAside(dir string) (string, error) {
 	return aside, atomicfile.SyncDir(dir)
 }
 
-// removeStaleTemps deletes temp files a write killed mid-way left behind;
-// a snapshot temp file can be 20 MiB, a compiled one more.
+// removeStaleTemps deletes temp files a write killed mid-way left behind
+// (a scratch file too, killed between its creation and its unlinking); a
+// snapshot temp file can be 20 MiB, a compiled one more.
 func removeStaleTemps(dir string) {
 	for _, name := range []string{SnapshotName, CompiledName, ChecksumName} {
 		stale, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*"))

@@ -10,16 +10,69 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // group builds a group as the server ships it, with its true checksum.
 func group(id uint64, enabled bool, ips ...string) protocol.WAFIPGroup {
 	g := protocol.WAFIPGroup{ID: id, Name: fmt.Sprintf("g%d", id), Type: "manual", Enabled: enabled, IPList: ips}
-	g.Checksum = Checksum(g)
+	g.Checksum = checksum(g)
 	return g
+}
+
+// checksum is PROTOCOL 7.1 computed the plain way, from a list in memory:
+// the oracle the streaming verification is held to.
+func checksum(g protocol.WAFIPGroup) string {
+	list := slices.Clone(g.IPList)
+	slices.Sort(list)
+	if list == nil {
+		list = []string{}
+	}
+	b, _ := json.Marshal(struct {
+		ID      uint64   `json:"id"`
+		Enabled bool     `json:"enabled"`
+		IPList  []string `json:"ip_list"`
+	}{g.ID, g.Enabled, list})
+	return sha(b)
+}
+
+// feed hands groups to read as the server's JSON array.
+func feed(read func(*json.Decoder) error, groups []protocol.WAFIPGroup) error {
+	b, err := json.Marshal(groups)
+	if err != nil {
+		return err
+	}
+	return read(json.NewDecoder(bytes.NewReader(b)))
+}
+
+// push lands groups as a heartbeat reply or WebSocket push carries them.
+func push(s *Store, groups []protocol.WAFIPGroup) (Result, error) {
+	b := s.Batch()
+	defer b.Close()
+	if err := feed(b.Decode, groups); err != nil {
+		return Result{}, err
+	}
+	return s.Push(b)
+}
+
+// pushJSON lands the groups of a raw JSON array.
+func pushJSON(s *Store, array string) (Result, error) {
+	b := s.Batch()
+	defer b.Close()
+	if err := b.Decode(json.NewDecoder(strings.NewReader(array))); err != nil {
+		return Result{}, err
+	}
+	return s.Push(b)
+}
+
+// reply is an E6 answer of exactly groups.
+func reply(groups ...protocol.WAFIPGroup) Fetch {
+	return func(_ context.Context, _ *protocol.IPGroupSyncRequest, read func(*json.Decoder) error) error {
+		return feed(read, groups)
+	}
 }
 
 // bigList returns n distinct IPv4 /32 entries in a scrambled order, tagged
@@ -61,16 +114,16 @@ func (s *fakeServer) set(groups ...protocol.WAFIPGroup) {
 	}
 }
 
-func (s *fakeServer) sync(_ context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+func (s *fakeServer) sync(_ context.Context, req *protocol.IPGroupSyncRequest, read func(*json.Decoder) error) error {
 	s.requests = append(s.requests, protocol.IPGroupSyncRequest{IDs: slices.Clone(req.IDs), Checksums: req.Checksums})
-	var reply protocol.IPGroupSyncReply
+	groups := []protocol.WAFIPGroup{}
 	for _, id := range req.IDs {
 		g, ok := s.groups[id]
 		if ok && req.Checksums[idKey(id)] != g.Checksum {
-			reply.Groups = append(reply.Groups, g)
+			groups = append(groups, g)
 		}
 	}
-	return reply, nil
+	return feed(read, groups)
 }
 
 // seed creates a store in a fresh directory holding groups.
@@ -91,11 +144,14 @@ func seed(t testing.TB, groups ...protocol.WAFIPGroup) (*Store, string) {
 	return s, dir
 }
 
-// expectedSnapshot is what encoding/json makes of the groups as a Go map:
-// the exact bytes the store must write.
+// expectedSnapshot is what encoding/json makes of the groups as a Go map,
+// each list sorted as its checksum sorts it: the exact bytes the store
+// must write.
 func expectedSnapshot(groups ...protocol.WAFIPGroup) []byte {
 	m := make(map[string]protocol.WAFIPGroup, len(groups))
 	for _, g := range groups {
+		g.IPList = slices.Clone(g.IPList)
+		slices.Sort(g.IPList)
 		if g.IPList == nil {
 			g.IPList = []string{}
 		}

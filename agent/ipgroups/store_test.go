@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 func TestPushUpdatesPresentGroupsOnly(t *testing.T) {
@@ -24,8 +24,8 @@ func TestPushUpdatesPresentGroupsOnly(t *testing.T) {
 
 	g3b := group(3, true, "203.0.113.0/24", "198.51.100.8")
 	bad := group(4, true, "192.0.2.99")
-	bad.Checksum = g4.Checksum // content changed, checksum did not
-	res, err := s.Push([]protocol.WAFIPGroup{g3b, group(99, true, "10.0.0.1"), bad})
+	bad.Checksum = group(4, true, "192.0.2.98").Checksum // another content's
+	res, err := push(s, []protocol.WAFIPGroup{g3b, group(99, true, "10.0.0.1"), bad})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,19 +48,23 @@ func TestPushUnchangedWritesNothing(t *testing.T) {
 
 	renamed := g3
 	renamed.Name = "renamed" // not covered by the checksum
-	for _, push := range [][]protocol.WAFIPGroup{nil, {g3, g4}, {renamed}, {group(50, true, "10.0.0.1")}} {
-		res, err := s.Push(push)
+	// The held version sent again is not even verified: a wrong list
+	// under the held checksum changes nothing either.
+	sameSum := group(3, true, "10.9.9.8")
+	sameSum.Checksum = g3.Checksum
+	for _, groups := range [][]protocol.WAFIPGroup{nil, {g3, g4}, {renamed}, {group(50, true, "10.0.0.1")}, {sameSum}} {
+		res, err := push(s, groups)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !res.Unchanged || len(res.Landed) != 0 || len(res.Rejected) != 0 {
-			t.Fatalf("push %v: result %+v", push, res)
+			t.Fatalf("push %v: result %+v", groups, res)
 		}
 	}
 	// A push whose only group is rejected writes nothing either.
 	bad := group(3, true, "10.9.9.9")
 	bad.Checksum = strings.Repeat("0", 64)
-	if res, err := s.Push([]protocol.WAFIPGroup{bad}); err != nil || !res.Unchanged || len(res.Rejected) != 1 {
+	if res, err := push(s, []protocol.WAFIPGroup{bad}); err != nil || !res.Unchanged || len(res.Rejected) != 1 {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	assertUntouched(t, dir, before)
@@ -73,7 +77,7 @@ func TestPushNullList(t *testing.T) {
 	if g.IPList != nil {
 		t.Fatal("want a nil list")
 	}
-	if _, err := s.Push([]protocol.WAFIPGroup{g}); err != nil {
+	if _, err := push(s, []protocol.WAFIPGroup{g}); err != nil {
 		t.Fatal(err)
 	}
 	assertSnapshot(t, dir, g)
@@ -88,15 +92,17 @@ func TestPushKeepsOtherGroupsByteIdentical(t *testing.T) {
 	g10 := group(10, true, bigList(1000, 1)...)
 	s, dir := seed(t, g3, g10)
 	raw := func() []byte {
-		m, err := readRaw(filepath.Join(dir, SnapshotName))
-		if err != nil {
+		var doc struct {
+			Groups map[string]json.RawMessage `json:"groups"`
+		}
+		if err := json.Unmarshal(readFile(t, filepath.Join(dir, SnapshotName)), &doc); err != nil {
 			t.Fatal(err)
 		}
-		return m["3"]
+		return doc.Groups["3"]
 	}
 	before := raw()
 	g10b := group(10, true, bigList(1000, 2)...)
-	if _, err := s.Push([]protocol.WAFIPGroup{g10b}); err != nil {
+	if _, err := push(s, []protocol.WAFIPGroup{g10b}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(raw(), before) {
@@ -112,9 +118,9 @@ func TestReconcileNoReferencedGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noSync := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+	noSync := func(context.Context, *protocol.IPGroupSyncRequest, func(*json.Decoder) error) error {
 		t.Fatal("E6 called with no referenced group")
-		return protocol.IPGroupSyncReply{}, nil
+		return nil
 	}
 	res, err := s.Reconcile(context.Background(), refs(), noSync)
 	if err != nil || res.Unchanged {
@@ -212,13 +218,33 @@ func TestReconcileMissingGroup(t *testing.T) {
 	}
 }
 
+// The store copies the groups it keeps from where it last found them in
+// the file: a file rewritten behind its back (here reformatted, every
+// group moved) must make a push fail without writing, not land bytes
+// from the wrong place.
+func TestSnapshotRewrittenBehindStore(t *testing.T) {
+	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4")
+	s, dir := seed(t, g3, g4)
+	path := filepath.Join(dir, SnapshotName)
+	moved := append([]byte("{  "), readFile(t, path)[1:]...)
+	if err := os.WriteFile(path, moved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := push(s, []protocol.WAFIPGroup{group(3, true, "10.0.0.3")}); err == nil {
+		t.Fatal("push over a rewritten snapshot succeeded")
+	}
+	if !bytes.Equal(readFile(t, path), moved) {
+		t.Fatal("push wrote the snapshot")
+	}
+}
+
 // A snapshot removed behind the store's back: Push fails without writing,
 // Reconcile lands what the server returned and names what it lost.
 func TestSnapshotVanished(t *testing.T) {
 	g3, g4 := group(3, true, "198.51.100.7"), group(4, true, "192.0.2.4")
 	s, dir := seed(t, g3, g4)
 	os.Remove(filepath.Join(dir, SnapshotName))
-	if _, err := s.Push([]protocol.WAFIPGroup{group(3, true, "10.0.0.3")}); err == nil {
+	if _, err := push(s, []protocol.WAFIPGroup{group(3, true, "10.0.0.3")}); err == nil {
 		t.Fatal("push without a snapshot succeeded")
 	}
 	if _, err := os.Stat(filepath.Join(dir, SnapshotName)); !errors.Is(err, os.ErrNotExist) {
@@ -248,10 +274,7 @@ func TestReconcileRejectsBadChecksum(t *testing.T) {
 	bad9 := group(9, true, "10.0.0.9")
 	bad9.Checksum = strings.Repeat("b", 64)
 	g5 := group(5, true, "192.0.2.5")
-	sync := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
-		return protocol.IPGroupSyncReply{Groups: []protocol.WAFIPGroup{bad3, g5, bad9}}, nil
-	}
-	res, err := s.Reconcile(context.Background(), refs(3, 5, 9), sync)
+	res, err := s.Reconcile(context.Background(), refs(3, 5, 9), reply(bad3, g5, bad9))
 	// 3 keeps its old copy; 9 has none, so it is missing.
 	if err == nil || !strings.Contains(err.Error(), "missing after sync: 9") {
 		t.Fatalf("err %v", err)
@@ -271,8 +294,8 @@ func TestReconcileFailures(t *testing.T) {
 	s, dir := seed(t, g3)
 	before := snapshotFiles(t, dir)
 
-	failing := func(context.Context, *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
-		return protocol.IPGroupSyncReply{}, errors.New("HTTP 400")
+	failing := func(context.Context, *protocol.IPGroupSyncRequest, func(*json.Decoder) error) error {
+		return errors.New("HTTP 400")
 	}
 	if _, err := s.Reconcile(context.Background(), refs(3, 4), failing); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Fatalf("err %v", err)
@@ -315,7 +338,7 @@ func TestSnapshotSizeLimit(t *testing.T) {
 			t.Fatalf("Checksums() = %v", got)
 		}
 	}
-	check(s.Push([]protocol.WAFIPGroup{big}))
+	check(push(s, []protocol.WAFIPGroup{big}))
 	// Dropping 4 and adding 5 while 3 grows too large changes nothing either.
 	check(s.Reconcile(context.Background(), refs(3, 5), newServer(big, group(5, false)).sync))
 }
@@ -438,7 +461,7 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for j := range 10 {
 				g := group(uint64(3+i%2), true, fmt.Sprintf("10.%d.%d.1", i, j))
-				if _, err := s.Push([]protocol.WAFIPGroup{g}); err != nil {
+				if _, err := push(s, []protocol.WAFIPGroup{g}); err != nil {
 					t.Error(err)
 				}
 				s.Checksums()
@@ -474,10 +497,10 @@ func TestReconcileDoesNotBlockDuringSync(t *testing.T) {
 	g4srv, g5 := group(4, true, "192.0.2.44"), group(5, false)
 	srv := newServer(g3, g4srv, g5)
 	entered, release := make(chan struct{}), make(chan struct{})
-	blocking := func(ctx context.Context, req *protocol.IPGroupSyncRequest) (protocol.IPGroupSyncReply, error) {
+	blocking := func(ctx context.Context, req *protocol.IPGroupSyncRequest, read func(*json.Decoder) error) error {
 		close(entered)
 		<-release
-		return srv.sync(ctx, req)
+		return srv.sync(ctx, req, read)
 	}
 	type outcome struct {
 		res Result
@@ -497,7 +520,7 @@ func TestReconcileDoesNotBlockDuringSync(t *testing.T) {
 		t.Fatalf("Checksums() during sync = %v", got)
 	}
 	g3push, g4push := group(3, true, "203.0.113.3"), group(4, true, "203.0.113.4")
-	res, err := s.Push([]protocol.WAFIPGroup{g3push, g4push})
+	res, err := push(s, []protocol.WAFIPGroup{g3push, g4push})
 	if err != nil || !slices.Equal(res.Landed, []uint64{3, 4}) {
 		t.Fatalf("push during sync: %+v, %v", res, err)
 	}
@@ -557,7 +580,7 @@ func TestLargeIDs(t *testing.T) {
 		t.Fatalf("ReadChecksums = %v, %v", got, err)
 	}
 	gBig2 := group(big, true, "198.51.100.8")
-	if res, err := reopened.Push([]protocol.WAFIPGroup{gBig2}); err != nil || !slices.Equal(res.Landed, []uint64{big}) {
+	if res, err := push(reopened, []protocol.WAFIPGroup{gBig2}); err != nil || !slices.Equal(res.Landed, []uint64{big}) {
 		t.Fatalf("push: %+v, %v", res, err)
 	}
 	res, err := reopened.Reconcile(context.Background(), refs(big), newServer(gBig2).sync)
@@ -584,11 +607,7 @@ func TestMalformedGroupRejectedAlone(t *testing.T) {
 	s, dir := seed(t, g3, group(4, true, "198.51.100.8"))
 	g3b := group(3, true, "198.51.100.9")
 	good, _ := json.Marshal(g3b)
-	var groups []protocol.WAFIPGroup
-	if err := json.Unmarshal([]byte(`[`+string(good)+`,{"id":4,"enabled":"yes","ip_list":[1]},{"id":-1}]`), &groups); err != nil {
-		t.Fatalf("one bad element failed the whole list: %v", err)
-	}
-	res, err := s.Push(groups)
+	res, err := pushJSON(s, `[`+string(good)+`,{"id":4,"enabled":"yes","ip_list":[1]},{"id":-1}]`)
 	if err != nil || !slices.Equal(res.Landed, []uint64{3}) || len(res.Rejected) != 2 || !strings.Contains(res.Rejected[0].Reason, "malformed") {
 		t.Fatalf("result %+v, %v", res, err)
 	}

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/testing/testsupport"
 )
 
 func testPaths(root string) Paths {
@@ -30,6 +30,9 @@ func testPaths(root string) Paths {
 		RuntimeConfigDir:  root + "/etc/openflare",
 		PagesDir:          root + "/var/lib/openflare/pages",
 		ObservabilityPort: 18081,
+		HTTPErrorLog:      root + "/var/log/openflare/http-error.log",
+		SelfTestDir:       root + "/var/run/selftest",
+		EmptyDir:          root + "/var/empty",
 	}
 }
 
@@ -415,5 +418,20 @@ func TestConfiguredDirLinkKept(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(elsewhere, "9.crt")); string(b) != "OLD" {
 		t.Fatalf("the restore did not bring the old certificate back: %q", b)
+	}
+}
+
+// Every Pages server gets a location that hides the release marker; other
+// servers and the rest of the text are untouched.
+func TestPagesMarkerHidden(t *testing.T) {
+	dir := testsupport.SharedDir(t, "fixtures/render/22-pages-spa-api-http")
+	route := testsupport.ReadFile(t, filepath.Join(dir, "routes.conf"))
+	got := testPaths("/r").RouteText(route)
+	if n := strings.Count(got, "location = /.openflare-pages.json {\n        return 404;\n    }"); n != strings.Count(route, pagesRoot) || n == 0 {
+		t.Fatalf("%d marker locations for %d Pages roots:\n%s", n, strings.Count(route, pagesRoot), got)
+	}
+	plain := testsupport.ReadFile(t, filepath.Join(testsupport.SharedDir(t, "fixtures/render/01-stock-defaults"), "routes.conf"))
+	if strings.Contains(testPaths("/r").RouteText(plain), "openflare-pages.json") {
+		t.Fatal("a site without Pages got the marker location")
 	}
 }

@@ -6,26 +6,43 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/openflare/openflare-agent/agent/luaassets"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/agent/luaassets"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/agent/selftest"
+	"openflare/internal/atomicfile"
 )
 
+// mimeTypes is a []byte, which the linker puts in the data segment: the
+// read-only one is what the arm64 build must keep under a 64 KiB step of
+// its file size (cross/README.md). Only read, its pages stay the file's.
+//
 //go:embed mime.types
 var mimeTypes []byte
 
-// File is one file to land.
+// File is one file to land: Data, or what Staged holds (a support file
+// waiting in a Stage), which is read only as it is hashed, compared and
+// written.
 type File struct {
-	Path string
-	Data []byte
-	Mode fs.FileMode
+	Path   string
+	Data   []byte
+	Mode   fs.FileMode
+	Staged *io.SectionReader
+}
+
+// content reads f's content, and tells its size.
+func (f *File) content() (io.Reader, int64) {
+	if f.Staged != nil {
+		return io.NewSectionReader(f.Staged, 0, f.Staged.Size()), f.Staged.Size()
+	}
+	return bytes.NewReader(f.Data), int64(len(f.Data))
 }
 
 // Set is everything one apply changes on disk.
@@ -50,12 +67,13 @@ type Set struct {
 }
 
 // MaxSupportFiles bounds one version's support files: certificates and
-// templates number in the tens; 200 000 empty files would take minutes to
-// land and to remove.
+// templates number in the tens to thousands; 200 000 empty files would
+// take minutes to land and to remove.
 const MaxSupportFiles = 10_000
 
 // Plan builds the set for a rendered main config, route config and support
-// files (the renderer's Files), with text already adapted to the binary.
+// files (the renderer's Files, staged ones read from their Stage), with
+// text already adapted to the binary.
 func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (*Set, error) {
 	s := &Set{
 		Managed: []string{p.CertDir, p.LuaDir},
@@ -64,10 +82,10 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 	// Only nginx's master reads its configs, and the route config can hold
 	// basic-auth credentials: not world-readable.
 	s.Files = append(s.Files,
-		File{p.Main, []byte(p.MainText(mainText)), 0o640},
-		File{p.Route, []byte(p.RouteText(routeText)), 0o640},
+		File{Path: p.Main, Data: []byte(p.MainText(mainText)), Mode: 0o640},
+		File{Path: p.Route, Data: []byte(p.RouteText(routeText)), Mode: 0o640},
 	)
-	s.IfMissing = append(s.IfMissing, File{filepath.Join(filepath.Dir(p.Main), "mime.types"), mimeTypes, 0o644})
+	s.IfMissing = append(s.IfMissing, File{Path: filepath.Join(filepath.Dir(p.Main), "mime.types"), Data: mimeTypes, Mode: 0o644})
 	if len(support) > MaxSupportFiles {
 		return nil, fmt.Errorf("%d support files (at most %d)", len(support), MaxSupportFiles)
 	}
@@ -81,57 +99,51 @@ func Plan(p Paths, mainText, routeText string, support []protocol.SupportFile) (
 			continue
 		}
 		hasWAF = hasWAF || f.Path == render.WAFConfigFile
-		s.Files = append(s.Files, File{pl.Path(p), []byte(f.Content), pl.Mode})
+		s.Files = append(s.Files, File{Path: pl.Path(p), Data: []byte(f.Content), Mode: pl.Mode, Staged: f.Staged})
 	}
 	if !hasWAF {
 		s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, render.WAFConfigFile))
 	}
 	s.Remove = append(s.Remove, filepath.Join(p.RuntimeConfigDir, legacyPowConfig))
-	vars := luaassets.Vars{RuntimeConfigDir: p.RuntimeConfigDir, LuaDir: p.OpenRestyLuaDir, CertDir: p.OpenRestyCertDir, TempDir: p.TempDir, CountryMMDBPath: p.CountryMMDB, CityMMDBPath: p.CityMMDB}
-	for _, f := range luaassets.Files(vars) {
-		s.Files = append(s.Files, File{filepath.Join(p.LuaDir, f.Path), f.Content, 0o644})
+	lua := luaassets.Files(p.LuaReplacer())
+	for _, f := range lua {
+		s.Files = append(s.Files, File{Path: filepath.Join(p.LuaDir, f.Path), Data: f.Content, Mode: 0o644})
 	}
-	for _, f := range luaassets.CertDirFiles(vars) {
-		s.Files = append(s.Files, File{filepath.Join(p.CertDir, f.Path), f.Content, 0o644})
+	for _, f := range luaassets.CertDirFiles(lua) {
+		s.Files = append(s.Files, File{Path: filepath.Join(p.CertDir, f.Path), Data: f.Content, Mode: 0o644})
 	}
 	if err := s.checkUnique(); err != nil {
 		return nil, err
 	}
-	s.stamp()
+	if err := s.stamp(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-// stamp writes the generation into the main config: a hash of every file
+// stamp writes the generation into the main config (the rewriting's last
+// step, which apply's transaction names): a hash of every file
 // of the set, paths and modes included, so any change to what lands (a
 // certificate alone, say) is a new generation, and the same set lands
-// byte-identical (the startup re-apply finds it unchanged).
-func (s *Set) stamp() {
+// byte-identical (the startup re-apply finds it unchanged). Only text the
+// agent made carries the marker: staged files are hashed, never stamped.
+func (s *Set) stamp() error {
 	h := sha256.New()
-	for _, f := range s.Files {
-		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", f.Path, f.Mode, len(f.Data))
-		h.Write(f.Data)
-	}
-	sum := h.Sum(nil)
-	gen := hex.EncodeToString(sum)[:16]
-	stamped := strings.NewReplacer(
-		generationPrefix+generationSlot, generationPrefix+gen,
-		"listen "+ProbeAddr+":", "listen "+probeAddrFor(sum)+":",
-	)
-	for i, f := range s.Files {
-		if bytes.Contains(f.Data, []byte(generationPrefix+generationSlot)) {
-			s.Files[i].Data = []byte(stamped.Replace(string(f.Data)))
+	for i := range s.Files {
+		f := &s.Files[i]
+		r, size := f.content()
+		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", f.Path, f.Mode, size)
+		if _, err := io.Copy(h, r); err != nil {
+			return fmt.Errorf("read the staged content of %s: %w", f.Path, err)
 		}
 	}
-}
-
-// probeAddrFor is the probe's listen address for a generation: one of
-// 127.79.0.1–127.79.255.254, new with (almost) every generation. nginx
-// opens a new address's socket when it reloads, and only the new workers
-// accept on it, so the probe reaches a new worker at its first try. On a
-// shared socket the old workers take every connection until the master
-// tells them to leave, 100 ms after it started the new ones.
-func probeAddrFor(sum []byte) string {
-	return fmt.Sprintf("127.79.%d.%d", sum[0], 1+int(sum[1])%254)
+	gen := hex.EncodeToString(h.Sum(nil))[:16]
+	for i, f := range s.Files {
+		if f.Staged == nil && bytes.Contains(f.Data, []byte(selftest.Marker)) {
+			s.Files[i].Data = []byte(selftest.Stamp(string(f.Data), gen))
+		}
+	}
+	return nil
 }
 
 func (s *Set) checkUnique() error {
@@ -157,8 +169,9 @@ func (s *Set) Touched() ([]string, error) {
 		}
 	}
 	s.same = map[string]bool{}
+	buf := make([]byte, 2*compareChunk)
 	for _, f := range s.Files {
-		if s.onDisk(f) {
+		if s.onDisk(&f, buf) {
 			s.same[f.Path] = true
 			want[f.Path] = true
 			continue
@@ -223,8 +236,9 @@ func (s *Set) foreign(want map[string]bool) ([]string, error) {
 // Unchanged reports whether the disk already holds exactly this set, so an
 // apply (e.g. the startup re-apply) can skip the reload.
 func (s *Set) Unchanged() bool {
+	buf := make([]byte, 2*compareChunk)
 	for _, f := range s.Files {
-		if !s.onDisk(f) {
+		if !s.onDisk(&f, buf) {
 			return false
 		}
 	}
@@ -250,19 +264,46 @@ func (s *Set) Unchanged() bool {
 // main config, already adapted, and an empty route config.
 func FallbackPlan(p Paths, mainText string) *Set {
 	s := &Set{Files: []File{
-		{p.Main, []byte(p.MainText(mainText)), 0o640},
-		{p.Route, nil, 0o640},
+		{Path: p.Main, Data: []byte(p.MainText(mainText)), Mode: 0o640},
+		{Path: p.Route, Mode: 0o640},
 	}}
+	// Nothing here is staged: there is nothing to fail to read.
 	s.stamp()
 	return s
 }
 
-// onDisk reports whether f is already on disk with the same mode and bytes.
-// A link where f belongs is not followed: it is not f, and the apply
-// replaces it.
-func (s *Set) onDisk(f File) bool {
-	b, mode, err := atomicfile.ReadBeneath(rootFor(f.Path, s.Managed), f.Path)
-	return err == nil && mode == f.Mode && bytes.Equal(b, f.Data)
+// compareChunk is how much of a file onDisk holds at a time, of each side.
+const compareChunk = 32 << 10
+
+// onDisk reports whether f is already on disk with the same mode and bytes,
+// read side by side a chunk at a time (buf holds two). A link where f
+// belongs is not followed: it is not f, and the apply replaces it.
+func (s *Set) onDisk(f *File, buf []byte) bool {
+	disk, err := atomicfile.OpenBeneath(rootFor(f.Path, s.Managed), f.Path)
+	if err != nil {
+		return false
+	}
+	defer disk.Close()
+	fi, err := disk.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode {
+		return false
+	}
+	want, size := f.content()
+	if fi.Size() != size {
+		return false
+	}
+	a, b := buf[:compareChunk], buf[compareChunk:]
+	for {
+		n, err := io.ReadFull(want, a)
+		if _, derr := io.ReadFull(disk, b[:n]); derr != nil || !bytes.Equal(a[:n], b[:n]) {
+			return false
+		}
+		if err != nil {
+			// The disk file must end where f does.
+			m, _ := disk.Read(b[:1])
+			return (err == io.EOF || err == io.ErrUnexpectedEOF) && m == 0
+		}
+	}
 }
 
 // rootFor is the innermost of roots holding p, or p's own directory: below

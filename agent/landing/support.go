@@ -6,8 +6,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"unicode"
 
-	"github.com/openflare/openflare-agent/agent/render"
+	"openflare/agent/render"
 )
 
 // legacyPowConfig is never shipped by a current server; a copy left on a
@@ -60,10 +61,15 @@ func (pl Placement) Path(p Paths) string {
 }
 
 // cleanRel accepts only a relative slash path that stays inside its
-// directory.
+// directory, and names no control character: a newline or an escape
+// sequence in a file name would forge the log lines and events that name
+// it.
 func cleanRel(p string) (string, error) {
 	if p == "" || strings.ContainsAny(p, "\\\x00") || path.IsAbs(p) {
 		return "", fmt.Errorf("not a relative path")
+	}
+	if strings.IndexFunc(p, unicode.IsControl) >= 0 {
+		return "", fmt.Errorf("has a control character")
 	}
 	c := path.Clean(p)
 	if c != p || c == "." || c == ".." || strings.HasPrefix(c, "../") {

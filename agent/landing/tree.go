@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/openflare/openflare-agent/agent/geosnap"
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/agent/geosnap"
+	"openflare/agent/ipgroups"
+	"openflare/agent/osuser"
+	"openflare/agent/render"
+	"openflare/agent/selftest"
+	"openflare/internal/atomicfile"
 )
 
 // ErrWorkerAccess is returned when the nginx workers could not reach a
@@ -99,7 +99,7 @@ func (t Tree) writeDirs() []string {
 func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 	// The private directory first, so that only the ways to worker
 	// directories are opened below.
-	if err := atomicfile.MkdirAll(t.StateDir, state.DirMode); err != nil {
+	if err := atomicfile.MkdirAll(t.StateDir, atomicfile.PrivateDir); err != nil {
 		return err
 	}
 	write := t.writeDirs()
@@ -115,6 +115,17 @@ func (t Tree) Prepare(w osuser.Identity, repair bool) error {
 		if err := atomicfile.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+	// The self-test's sockets: the agent's user alone enters, whatever an
+	// older release or the umask left.
+	if err := atomicfile.MkdirAll(t.Paths.SelfTestDir, selftest.DirMode); err != nil {
+		return err
+	}
+	if err := os.Chmod(t.Paths.SelfTestDir, selftest.DirMode); err != nil {
+		return err
+	}
+	if err := t.prepareLogs(); err != nil {
+		return err
 	}
 	root, err := filepath.EvalSymlinks(t.DataDir)
 	if err != nil {

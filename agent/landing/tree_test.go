@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/agent/osuser"
+	"openflare/testing/nstest"
 )
 
 // nobody is a worker that owns none of the test's files: only "other"

@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/agent/protocol"
+	"openflare/internal/atomicfile"
 )
 
 // Txn is one apply's on-disk backup. Its manifest is written last, after
@@ -52,7 +51,7 @@ func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("backup: clear %s: %w", dir, err)
 	}
-	if err := atomicfile.MkdirAll(filepath.Join(dir, "files"), state.DirMode); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Join(dir, "files"), atomicfile.PrivateDir); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	// The new directories must survive a power cut as well as the files.
@@ -85,14 +84,14 @@ func Begin(dir string, from, to protocol.ConfigRef, touched, managed []string) (
 	if err := atomicfile.SyncDir(filepath.Join(dir, "files")); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
-	if err := state.SaveJSON(filepath.Join(dir, manifestName), t.m); err != nil {
+	if err := atomicfile.SaveJSON(filepath.Join(dir, manifestName), t.m); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	return t, nil
 }
 
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, state.FileMode)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, atomicfile.PrivateFile)
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,13 @@ package landing
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/internal/atomicfile"
 )
 
 // nginx workers (often another user) read the Lua, error pages and service
@@ -40,7 +41,7 @@ func (s *Set) WriteConfig(after func()) error {
 		if _, err := os.Lstat(f.Path); err == nil {
 			continue
 		}
-		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+		if err := f.write(); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
 	}
@@ -102,7 +103,7 @@ func (s *Set) writeFiles(runtime bool, after func()) error {
 		if err := atomicfile.MkdirAll(filepath.Dir(f.Path), configDirMode); err != nil {
 			return fmt.Errorf("land %s: %w", f.Path, err)
 		}
-		if err := atomicfile.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+		if err := f.write(); err != nil {
 			return fmt.Errorf("land: %w", err)
 		}
 		if after != nil {
@@ -111,6 +112,21 @@ func (s *Set) writeFiles(runtime bool, after func()) error {
 		}
 	}
 	return nil
+}
+
+// write atomically replaces the file at f.Path with f's content, streamed
+// from its stage when it has one.
+func (f *File) write() error {
+	src, _ := f.content()
+	w, err := atomicfile.Create(f.Path, f.Mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w.Temp(), src); err != nil {
+		w.Abort()
+		return fmt.Errorf("write %s: %w", f.Path, err)
+	}
+	return w.Commit()
 }
 
 // unlinkDirLinks removes every symbolic link standing for a directory

@@ -12,7 +12,7 @@ package luaassets_test
 //	1, 2, 3, 5, 6, 7        TestWAFDecisions
 //	4, 8                    TestWAFLoading
 //	9, 10, 11               TestUASecurity/ua_check_rules (per label: ua_check_labels, classifier)
-//	12, 13                  TestUASecurity/security_check_case_12_and_13 (per flag: security_check_flags)
+//	12, 13                  TestSecurityCheckFlags/DATAPLANE_11_cases_12_and_13 (per flag: TestSecurityCheckFlags)
 //	14, 15                  TestIPGroupSnapshots
 //	16                      the geo_match tests
 //	17–22                   TestPowFlow
@@ -35,14 +35,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/luaassets"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/nginxtest"
+	"openflare/agent/landing"
+	"openflare/agent/luaassets"
+	"openflare/agent/nginx"
+	"openflare/agent/osuser"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/testing/controlplane"
+	"openflare/testing/nginxtest"
 )
 
 const (
@@ -64,7 +64,7 @@ type node struct {
 func landRendered(t *testing.T, src controlplane.Source, support ...protocol.SupportFile) *node {
 	t.Helper()
 	bin := nginxtest.Binary(t)
-	caps, err := nginx.Probe(context.Background(), bin)
+	caps, err := nginx.ReadCaps(context.Background(), bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +95,9 @@ func landRendered(t *testing.T, src controlplane.Source, support ...protocol.Sup
 		CountryMMDB:       filepath.Join(root, "country.mmdb"),
 		CityMMDB:          filepath.Join(root, "city.mmdb"),
 		ObservabilityPort: obsPort,
+		HTTPErrorLog:      filepath.Join(root, "var", "log", "openflare", "http-error.log"),
+		SelfTestDir:       filepath.Join(root, "run", "selftest"),
+		EmptyDir:          filepath.Join(root, "empty"),
 	}
 	tree := landing.Tree{Paths: p, DataDir: root, StateDir: filepath.Join(root, "state")}
 	if err := tree.Prepare(osuser.Identity{}, false); err != nil {
@@ -427,9 +430,10 @@ func TestRenderedReferencesExist(t *testing.T) {
 
 			// Every Lua source that runs: the landed files and the inline blocks.
 			sources := map[string]string{"inline blocks": text}
+			lua := luaassets.Files(landing.Paths{}.LuaReplacer())
 			for dir, files := range map[string][]luaassets.File{
-				n.paths.OpenRestyLuaDir:  luaassets.Files(luaassets.Vars{}),
-				n.paths.OpenRestyCertDir: luaassets.CertDirFiles(luaassets.Vars{}),
+				n.paths.OpenRestyLuaDir:  lua,
+				n.paths.OpenRestyCertDir: luaassets.CertDirFiles(lua),
 			} {
 				for _, f := range files {
 					if strings.HasSuffix(f.Path, ".lua") {
@@ -563,9 +567,10 @@ func serversUsing(route, module string) []string {
 
 // securityDiffer runs random query strings through security_check with
 // every flag on, which proves most of them clean from the whole query
-// string, and through the per-argument scan it falls back to; it answers
-// "<disagreements> <hits> <queries>". The fragments are tokens in several
-// encodings and cases, their near-misses and separators.
+// string, and through a scan of each argument as the node reads it (the
+// key, and the value under the key's name, each decoded once); it answers
+// "<disagreements> <hits> <queries>". The fragments are attack tokens in
+// several encodings and cases, their near-misses and separators.
 const securityDiffer = `
 local security = require("waf.security")
 local config = {}
@@ -578,22 +583,15 @@ local frags = { "union", " ", "+", "select", "%20", "%2520", "&", "=", "&=", "'"
     "php://", "file://", ";wget", "|sh ", "|sh%09", "\96id\96", "$(id)", "&&curl", "http://127.0.0.1", "169.254.",
     "%0d%0a", "%250d%250a", "%0D", "%0a", "onerror=", "ONLOAD=", "document.cookie", "%", "%2", "%G", "a", "B",
     ",", ";", "<", "information_schema", "/**/", "%26", "%3d", "hello", "world", "k1=v1", "%252", "5",
-    "%25253Cscript", "%2525", "%25", "3C", "script", "%252527", "%25252f", "=javascript:", "&javascript:(" }
+    "%25253Cscript", "%2525", "%25", "3C", "script", "%252527", "%25252f", "=javascript:", "&javascript:(",
+    "page=", "%u002e", "%c0%af", "${jndi:", "Set-Cookie:", "%3C?php", "etc/passwd" }
 math.randomseed(tonumber(ngx.var.arg_seed))
-local function scan_args()
-    local function any(v)
-        if type(v) == "table" then
-            for _, x in ipairs(v) do
-                if any(x) then
-                    return true
-                end
-            end
-            return false
-        end
-        return security.hits(config, "QUERY", v == true and "true" or v)
-    end
-    for k, v in pairs(ngx.req.get_uri_args(100)) do
-        if security.hits(config, "QUERY", k) or any(v) then
+local function scan_args(q)
+    for piece in q:gmatch("[^&]+") do
+        local eq = piece:find("=", 1, true)
+        local k = ngx.unescape_uri(eq and piece:sub(1, eq - 1) or piece)
+        local v = eq and ngx.unescape_uri(piece:sub(eq + 1)) or ""
+        if security.hits(config, "QUERY", k) or (v ~= "" and security.hits(config, "QUERY", v, k:lower())) then
             return true
         end
     end
@@ -607,7 +605,7 @@ for _ = 1, n do
     end
     local q = table.concat(t)
     ngx.req.set_uri_args(q)
-    local hit = scan_args()
+    local hit = scan_args(q)
     if hit then
         hits = hits + 1
     end
@@ -621,12 +619,11 @@ ngx.print(differ, " ", hits, " ", n)
 
 // TestSecurityQueryWholeMatchesArgs: security_check decides most query
 // strings from the whole string; on random queries it must agree with the
-// per-argument scan (DATAPLANE 2.6) that the cross-checks against the
-// document's tables test through security.hits.
+// per-argument scan (DATAPLANE 2.6) it stands for.
 func TestSecurityQueryWholeMatchesArgs(t *testing.T) {
 	root := t.TempDir()
 	luaDir := filepath.Join(root, "lua")
-	for _, f := range luaassets.Files(luaassets.Vars{RuntimeConfigDir: root}) {
+	for _, f := range luaassets.Files(landing.Paths{RuntimeConfigDir: root}.LuaReplacer()) {
 		p := filepath.Join(luaDir, f.Path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/testing/nginxtest"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/ipgroups"
+	"openflare/testing/nginxtest"
+	"openflare/testing/testsupport"
 )
 
 // DATAPLANE 10, the fail-closed / fail-open matrix: one subtest of
@@ -23,7 +23,7 @@ import (
 //	skipped groups                     TestWAFDecisions/case6
 //	IP-group snapshot                  TestIPGroupSnapshots (wrong label, oversized)
 //	GeoIP missing                      the geo_match tests (not here)
-//	body not scanned                   TestUASecurity/security_check_bodies
+//	body past the inspection limit     TestFailMatrix/security_check_body_past_the_inspection_limit, TestSecurityCheckInputs/inspection_limit
 //	PoW hand-off, challenge evicted    TestPowFailClosed
 //	origin error template missing      TestRenderedErrorPages/*/template_missing (dataplane11_test.go)
 //	stub_status failure                TestObservability/stub_status_unavailable
@@ -279,7 +279,7 @@ func TestFailMatrix(t *testing.T) {
 		}
 	})
 
-	t.Run("security_check body not scanned", func(t *testing.T) {
+	t.Run("security_check body past the inspection limit", func(t *testing.T) {
 		r := newRig(t)
 		r.writeWAF(obj{
 			"rule_groups": []obj{group(2, false, checkGraph("security_check", obj{"sql_injection": true}, "sec"))},
@@ -295,21 +295,26 @@ func TestFailMatrix(t *testing.T) {
 			}
 			return send(t, otherIP, http.MethodPost, "http://127.0.0.1"+target, "sec.test", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, rd)
 		}
-		r.expect(post("/", attack, false), 403, "sec\n", "text/html; charset=utf-8")
+		// A body in nginx's temp file, a chunked one and the first 64 KiB
+		// of a larger one are inspected.
 		for _, c := range []struct {
 			name, body string
 			chunked    bool
 		}{
-			{"too large", attack + strings.Repeat("a", 70000), false},
+			{"in memory", attack, false},
 			{"in a temp file", attack + strings.Repeat("a", 20*1024), false},
 			{"chunked", attack, true},
+			{"larger than 64 KiB", attack + strings.Repeat("a", 70000), false},
 		} {
-			r.expect(post("/", c.body, c.chunked), 200, "origin-ok", "")
-			// The other inputs still are.
-			got := post("/?q=1%27%20union%20select%201", c.body, c.chunked)
-			if got.status != 403 || got.body != "sec\n" {
-				t.Errorf("%s body, attack in the query: got %d %q", c.name, got.status, got.body)
-			}
+			r.expect(post("/", c.body, c.chunked), 403, "sec\n", "text/html; charset=utf-8")
+		}
+		// Past the limit nothing is: the documented default passes it, and
+		// the query is still inspected.
+		late := "pad=" + strings.Repeat("a", 70000) + "&" + attack
+		r.expect(post("/", late, false), 200, "origin-ok", "")
+		got := post("/?q=1%27%20union%20select%201", late, false)
+		if got.status != 403 || got.body != "sec\n" {
+			t.Errorf("attack in the query: got %d %q", got.status, got.body)
 		}
 	})
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/geosnap"
-	"github.com/openflare/openflare-agent/testing/geodb"
+	"openflare/agent/geosnap"
+	"openflare/testing/geodb"
 )
 
 // Client addresses of the geo tests (all local in the test namespace) and

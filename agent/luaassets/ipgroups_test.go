@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/ipgroups"
+	"openflare/testing/testsupport"
 )
 
 // snapshotPickup is how long every worker may take to adopt a new snapshot
@@ -85,6 +85,16 @@ func TestIPGroupSnapshots(t *testing.T) {
                 ngx.print(table.concat(ngx.shared.openflare_waf_ip_groups:get_keys(0), ","))
             }
         }
+        # What the agent's self-test server does after a snapshot landed.
+        location = /publish {
+            content_by_lua_block { require("waf.runtime").publish_snapshots() }
+        }
+        location = /hold-refresh-lock {
+            content_by_lua_block { ngx.shared.openflare_waf_ip_groups:set("ip_groups_refresh_lock", true, 60) }
+        }
+        location = /release-refresh-lock {
+            content_by_lua_block { ngx.shared.openflare_waf_ip_groups:delete("ip_groups_refresh_lock") }
+        }
     }
 `)
 	workers := r.nginx.WorkerPIDs()
@@ -108,6 +118,21 @@ func TestIPGroupSnapshots(t *testing.T) {
 		sum, _ = r.writeGroups(map[string]obj{"3": ipGroup(3, false, []string{})})
 		adopted(sum)
 		r.expect(r.get(blockedIP, "demo.test", "/"), 200, "origin-ok", "")
+	})
+
+	t.Run("live at the next request once the agent publishes", func(t *testing.T) {
+		// With the refresh lock held no worker's tick publishes what
+		// lands: only the agent's request does, and every worker then
+		// adopts it before its next lookup, not at its next tick.
+		r.get(otherIP, "lua.test", "/hold-refresh-lock")
+		defer r.get(otherIP, "lua.test", "/release-refresh-lock")
+		sum, _ := r.writeGroups(map[string]obj{"3": ipGroup(3, true, []string{"127.0.0.0/24"})})
+		if got := r.get(otherIP, "lua.test", "/publish"); got.status != 200 || !strings.Contains(got.body, "ip_groups "+sum+"\n") {
+			t.Fatalf("publish: %d %q", got.status, got.body)
+		}
+		for range 4 * len(workers) {
+			r.expect(r.get(blockedIP, "demo.test", "/"), 403, "grp\n", "")
+		}
 	})
 
 	t.Run("100000-entry group", func(t *testing.T) {
@@ -290,7 +315,7 @@ func TestIPGroupMatching(t *testing.T) {
 		"5":             ipGroup(5, true, []string{}),
 		"6":             ipGroup(6, true, []string{"0.0.0.0/0"}),
 		"7":             ipGroup(7, true, []string{"::/0"}),
-		"1099511627776": {"id": 1099511627776, "enabled": true, "ip_list": []string{"198.51.100.9"}},
+		"1099511627776": {"id": int64(1099511627776), "enabled": true, "ip_list": []string{"198.51.100.9"}},
 	}
 	type tc struct {
 		ids  any

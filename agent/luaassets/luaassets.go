@@ -4,21 +4,33 @@
 package luaassets
 
 import (
-	"embed"
-	"io/fs"
+	"bytes"
+	_ "embed"
+	"errors"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
+
+	"openflare/internal/xz"
 )
 
-//go:embed lua
-var tree embed.FS
+// lua/ is what developers edit (then `go generate ./agent/luaassets`); the
+// binary embeds it packed (testing/luapack: the scripts without their comments, xz
+// compressed), because verbatim it would take about 200 KiB of the release
+// binary's flash budget. TestPackMatchesTree fails when the two drift.
+//
+//go:generate go run ../../testing/luapack
+//go:embed lua.pack.xz
+var pack string
 
-// maxSnapshotBytes is the largest waf_ip_groups.json the runtime reads.
-const maxSnapshotBytes = "20971520"
+// MaxSnapshotBytes is the largest waf_ip_groups.json the runtime reads
+// (its placeholder in the scripts is in agent/landing's table).
+const MaxSnapshotBytes = "20971520"
 
-// aliases are lua_dir paths that carry the same script as another path:
-// the rendered config may call either name.
-var aliases = map[string]string{"read.lua": "observability/read.lua"}
+// alias is a lua_dir path that carries the same script as aliased: the
+// rendered config may call either name.
+const alias, aliased = "read.lua", "observability/read.lua"
 
 // certDirPaths are the scripts also installed under cert_dir, where the
 // rendered service-worker locations point.
@@ -30,65 +42,64 @@ type File struct {
 	Content []byte
 }
 
-// Vars are the install-time values substituted into the scripts.
-type Vars struct {
-	RuntimeConfigDir string // holds waf_config.json and the IP-group snapshot
-	LuaDir           string // where nginx finds these scripts (openresty_lua_dir)
-	CertDir          string // where nginx finds cert_dir (openresty_cert_dir)
-	TempDir          string // parent of the *_temp_path directories
-	CountryMMDBPath  string // agent.json mmdb_path, for geo_match
-	CityMMDBPath     string // agent.json city_mmdb_path, for geo_match
-}
-
-func (v Vars) replacer() *strings.Replacer {
-	return strings.NewReplacer(
-		"__OPENFLARE_RUNTIME_CONFIG_DIR__", v.RuntimeConfigDir,
-		"__OPENFLARE_LUA_DIR__", v.LuaDir,
-		"__OPENFLARE_CERT_DIR__", v.CertDir,
-		"__OPENFLARE_NGINX_CACHE_DIR__", v.TempDir,
-		"__OPENFLARE_COUNTRY_MMDB_PATH__", v.CountryMMDBPath,
-		"__OPENFLARE_CITY_MMDB_PATH__", v.CityMMDBPath,
-		"__OPENFLARE_WAF_IP_GROUPS_MAX_SNAPSHOT_BYTES__", maxSnapshotBytes,
-	)
-}
-
-// Files returns every file of lua_dir, sorted by path, placeholders substituted.
-func Files(v Vars) []File {
-	r := v.replacer()
+// Files returns every file of lua_dir, sorted by path, each passed through
+// r: the scripts name this node's paths by placeholders, which
+// agent/landing's table substitutes (landing.Paths.LuaReplacer).
+func Files(r *strings.Replacer) []File {
 	byPath := map[string][]byte{}
-	err := fs.WalkDir(tree, "lua", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := tree.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		byPath[strings.TrimPrefix(p, "lua/")] = []byte(r.Replace(string(b)))
-		return nil
-	})
+	err := unpack(func(p string, b []byte) { byPath[p] = []byte(r.Replace(string(b))) })
 	if err != nil {
 		panic("luaassets: embedded tree unreadable: " + err.Error())
 	}
-	for alias, src := range aliases {
-		byPath[alias] = slices.Clone(byPath[src])
+	byPath[alias] = slices.Clone(byPath[aliased])
+	// Sorting the paths rather than the Files reuses the binary's string
+	// sort: a SortFunc over File would add its own 12 KiB instantiation.
+	paths := make([]string, 0, len(byPath))
+	for p := range byPath {
+		paths = append(paths, p)
 	}
-	files := make([]File, 0, len(byPath))
-	for p, b := range byPath {
-		files = append(files, File{Path: p, Content: b})
+	slices.Sort(paths)
+	files := make([]File, len(paths))
+	for i, p := range paths {
+		files[i] = File{Path: p, Content: byPath[p]}
 	}
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	return files
 }
 
-// CertDirFiles returns the service-worker scripts installed under cert_dir
-// (sw/runtime.lua and sw/challenge.lua), identical to their lua_dir copies.
-func CertDirFiles(v Vars) []File {
+// CertDirFiles picks from files (Files') the service-worker scripts also
+// installed under cert_dir (sw/runtime.lua and sw/challenge.lua).
+func CertDirFiles(files []File) []File {
 	var out []File
-	for _, f := range Files(v) {
+	for _, f := range files {
 		if slices.Contains(certDirPaths, f.Path) {
 			out = append(out, f)
 		}
 	}
 	return out
+}
+
+// unpack calls fn with each file of the embedded tree, path relative to
+// lua/. It decodes on every call rather than once per process: the agent
+// installs the scripts rarely, and the decoded tree would otherwise stay in
+// its resting memory. The format is testing/luapack's.
+func unpack(fn func(path string, b []byte)) error {
+	zr, err := xz.NewReader(strings.NewReader(pack))
+	if err != nil {
+		return err
+	}
+	rest, err := io.ReadAll(zr)
+	if err != nil {
+		return err
+	}
+	for len(rest) > 0 {
+		line, after, ok := bytes.Cut(rest, []byte("\n"))
+		size, path, _ := bytes.Cut(line, []byte(" "))
+		n, err := strconv.Atoi(string(size))
+		if !ok || err != nil || n < 0 || n > len(after) {
+			return errors.New("malformed entry " + strconv.Quote(string(line)))
+		}
+		fn(string(path), after[:n])
+		rest = after[n:]
+	}
+	return nil
 }

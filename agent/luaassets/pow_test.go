@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/testing/testsupport"
 	"golang.org/x/net/websocket"
+	"openflare/testing/testsupport"
 )
 
 const (
@@ -90,7 +90,8 @@ const powTestServer = `
         location = /put-challenge {
             content_by_lua_block {
                 local a = ngx.req.get_uri_args()
-                local rec = require("cjson").encode({ data = a.data, difficulty = tonumber(a.difficulty), host = a.host, redir = "", session_ttl = 600 })
+                local pow = require("pow.runtime")
+                local rec = require("cjson").encode({ data = a.data, difficulty = tonumber(a.difficulty), host = pow.host_key(a.host), session_ttl = 600 })
                 ngx.shared.openflare_pow_challenges:set(a.id, rec, 60)
                 ngx.print("ok")
             }

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/testing/nginxtest"
-	"github.com/openflare/openflare-agent/testing/nstest"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/testing/nginxtest"
+	"openflare/testing/nstest"
+	"openflare/testing/testsupport"
 )
 
 func TestMain(m *testing.M) { nstest.Main(m) }
@@ -36,7 +36,7 @@ const failBody = "OpenFlare WAF runtime error\n"
 // rig is one nginx with the Lua tree installed the way the agent installs
 // it, a runtime config dir and an origin answering "origin-ok".
 type rig struct {
-	t          *testing.T
+	t          testing.TB
 	luaDir     string
 	certDir    string
 	runtimeDir string
@@ -45,7 +45,7 @@ type rig struct {
 	nginx      *nginxtest.Server
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	root := t.TempDir()
 	r := &rig{
@@ -54,9 +54,10 @@ func newRig(t *testing.T) *rig {
 		certDir:    filepath.Join(root, "certs"),
 		runtimeDir: filepath.Join(root, "runtime"),
 	}
-	vars := Vars{RuntimeConfigDir: r.runtimeDir, CountryMMDBPath: filepath.Join(root, "country.mmdb"), CityMMDBPath: filepath.Join(root, "city.mmdb")}
-	writeFiles(t, r.luaDir, Files(vars))
-	writeFiles(t, r.certDir, CertDirFiles(vars))
+	expand := testExpand(r.runtimeDir, filepath.Join(root, "country.mmdb"), filepath.Join(root, "city.mmdb"))
+	files := Files(expand)
+	writeFiles(t, r.luaDir, files)
+	writeFiles(t, r.certDir, CertDirFiles(files))
 	if err := os.MkdirAll(r.runtimeDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-func writeFiles(t *testing.T, dir string, files []File) {
+func writeFiles(t testing.TB, dir string, files []File) {
 	t.Helper()
 	for _, f := range files {
 		p := filepath.Join(dir, f.Path)
@@ -226,7 +227,7 @@ func (r *rig) request(from, method, host, target string, header http.Header) rep
 	return send(r.t, from, method, "http://127.0.0.1"+target, host, header, nil)
 }
 
-func send(t *testing.T, from, method, url, host string, header http.Header, body io.Reader) reply {
+func send(t testing.TB, from, method, url, host string, header http.Header, body io.Reader) reply {
 	t.Helper()
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 	client := &http.Client{

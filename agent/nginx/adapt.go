@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/openflare/openflare-agent/agent/osuser"
+	"openflare/agent/osuser"
 )
 
 // ErrNoLua is returned when a config needs Lua and the binary cannot load it.
@@ -47,7 +47,8 @@ func isHTTP3Line(line string) bool {
 }
 
 // Adapter rewrites rendered text for the binary actually installed, because
-// edge boxes run distribution nginx as often as OpenResty.
+// edge boxes run distribution nginx as often as OpenResty (step 3 of the
+// rewriting apply's transaction names).
 type Adapter struct {
 	Caps  *Caps
 	Host  osuser.Host
@@ -55,6 +56,9 @@ type Adapter struct {
 	// NginxUser is agent.json's nginx_user: the owner's choice of worker
 	// user, which wins over the template's.
 	NginxUser string
+	// fallback adapts the safe fallback, which must start whatever else
+	// holds the node's ports: it listens on port 80 alone.
+	fallback bool
 }
 
 // Notes lists the adaptations this binary and host need, for the start-up
@@ -93,6 +97,7 @@ func (a *Adapter) Notes() []string {
 // Main adapts a main config (rendered or the fallback).
 func (a *Adapter) Main(text string) (string, error) {
 	text = a.protocols(text)
+	text = a.rejectUnknownNames(text)
 	text, err := a.user(text)
 	if err != nil {
 		return "", err
@@ -110,6 +115,47 @@ func (a *Adapter) Main(text string) (string, error) {
 		}
 	}
 	return text, nil
+}
+
+// rejectUnknownServer refuses a TLS handshake for a name no site has.
+const rejectUnknownServer = `    # openflare-agent: a TLS handshake for a name no site has is refused.
+    server {
+        listen 443 ssl default_server;
+        ssl_reject_handshake on;
+    }
+`
+
+// rejectUnknownNames gives a main config that sets no default server for
+// port 443 one that refuses the handshake (nginx 1.19.4 and later), as the
+// stock template's does: otherwise the first HTTPS site is port 443's default, and its
+// certificate and content answer any name a client asks for. A template
+// that chose its own default server keeps it.
+func (a *Adapter) rejectUnknownNames(text string) string {
+	if a.fallback || !a.Caps.AtLeast(1, 19, 4) || strings.Contains(text, "ssl_reject_handshake") {
+		return text
+	}
+	lines := strings.SplitAfter(text, "\n")
+	at := -1
+	for i, l := range lines {
+		for rest := l; ; {
+			_, after, ok := strings.Cut(rest, "listen ")
+			if !ok {
+				break
+			}
+			args, _, _ := strings.Cut(after, ";")
+			if f := strings.Fields(args); len(f) > 0 && strings.HasSuffix(f[0], "443") && slices.Contains(f, "default_server") {
+				return text
+			}
+			rest = after
+		}
+		if t := strings.TrimSpace(l); at < 0 && (t == "http {" || t == "http{") {
+			at = i + 1
+		}
+	}
+	if at < 0 {
+		return text
+	}
+	return strings.Join(lines[:at], "") + rejectUnknownServer + strings.Join(lines[at:], "")
 }
 
 // Route adapts a route config.
@@ -197,7 +243,7 @@ func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 // gives way to the system fallback users instead of failing it too.
 func (a *Adapter) ForFallback() *Adapter {
 	b := *a
-	b.NginxUser = ""
+	b.NginxUser, b.fallback = "", true
 	return &b
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/osuser"
+	"openflare/agent/osuser"
 )
 
 const debianV = `nginx version: nginx/1.22.1
@@ -200,5 +200,34 @@ func TestSingleUIDAddsUserLine(t *testing.T) {
 	got, err := a.Main("worker_processes 1;\nevents {}\n")
 	if err != nil || !strings.HasPrefix(got, "user root root;") {
 		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// A main config that leaves port 443 without a default server gets one
+// that refuses the handshake; one with its own default server or its own
+// refusal keeps it, the fallback listens on port 80 alone, and nginx
+// before 1.19.4 (no ssl_reject_handshake) is left as it is.
+func TestUnknownNamesRefused(t *testing.T) {
+	const bare = "events {}\nhttp {\n    server { listen 80; }\n}\n"
+	newer := &Adapter{Caps: parseCaps("/o", openrestyV, nil), Host: osuser.Host{EUID: 1000}}
+	got, err := newer.Main(bare)
+	if err != nil || strings.Count(got, "ssl_reject_handshake on;") != 1 || !strings.Contains(got, "listen 443 ssl default_server;") {
+		t.Fatalf("no refusing default server: %v\n%s", err, got)
+	}
+	for _, own := range []string{
+		"events {}\nhttp {\n    server { listen 443 ssl default_server; ssl_certificate x; }\n}\n",
+		"events {}\nhttp {\n    server {\n        listen [::]:443 ssl default_server;\n    }\n}\n",
+		"events {}\nhttp {\n    server { listen 443 ssl; ssl_reject_handshake on; }\n}\n",
+	} {
+		if got, _ := newer.Main(own); strings.Contains(got, "openflare-agent: a TLS handshake") {
+			t.Errorf("the template's own default replaced:\n%s", got)
+		}
+	}
+	if got, _ := newer.ForFallback().Main(bare); strings.Contains(got, "443") {
+		t.Errorf("the fallback listens on 443:\n%s", got)
+	}
+	old := &Adapter{Caps: parseCaps("/n", "nginx version: nginx/1.18.0", nil), Host: osuser.Host{EUID: 1000}}
+	if got, _ := old.Main(bare); strings.Contains(got, "ssl_reject_handshake") {
+		t.Errorf("nginx 1.18 got ssl_reject_handshake:\n%s", got)
 	}
 }

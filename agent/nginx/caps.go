@@ -1,5 +1,5 @@
 // Package nginx is the only package that runs the nginx/OpenResty binary:
-// it probes what the installed build can do, adapts rendered text to it,
+// it reads what the installed build can do, adapts rendered text to it,
 // validates (-t), reloads and starts it.
 package nginx
 
@@ -36,8 +36,8 @@ type Caps struct {
 	ErrorLogFlag bool
 }
 
-// Probe runs `<bin> -V` and reads the capabilities.
-func Probe(ctx context.Context, bin string) (*Caps, error) {
+// ReadCaps runs `<bin> -V` and reads the capabilities.
+func ReadCaps(ctx context.Context, bin string) (*Caps, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, fmt.Errorf("nginx binary %q: %w", bin, err)

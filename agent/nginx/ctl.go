@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -16,7 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/openflare/openflare-agent/internal/linux"
+	"golang.org/x/sys/unix"
+	"openflare/internal/linux"
 )
 
 // Ctl runs one nginx binary against the agent's live main config. Start,
@@ -30,13 +30,10 @@ type Ctl struct {
 	Log        *slog.Logger
 	// Settle bounds how long a reload or start may take to show new workers.
 	Settle time.Duration
-	// ProbeURL is the self-probe location of the landed main config; empty
-	// skips the probe.
-	ProbeURL string
 	// Proc is where process facts are read (zero: the real /proc).
 	Proc linux.FS
 
-	// previous is set by a reload and consumed by the SelfTest after it;
+	// previous is set by a reload and consumed by the Handover after it;
 	// the agent drives one Ctl from one goroutine.
 	previous generation0
 }
@@ -54,8 +51,13 @@ func (n *Ctl) settle() time.Duration {
 // keeps stderr until it redirects it to the error log, so output is not
 // waited for past the process's own exit.
 func (n *Ctl) run(ctx context.Context, args ...string) (string, error) {
-	if n.Caps.ErrorLogFlag && n.ErrorLog != "" {
-		args = append([]string{"-e", n.ErrorLog}, args...)
+	return n.runLogging(ctx, n.ErrorLog, args...)
+}
+
+// runLogging is run with errorLog as nginx's start-up error log.
+func (n *Ctl) runLogging(ctx context.Context, errorLog string, args ...string) (string, error) {
+	if n.Caps.ErrorLogFlag && errorLog != "" {
+		args = append([]string{"-e", errorLog}, args...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -72,6 +74,18 @@ func (n *Ctl) Test(ctx context.Context, conf string) error {
 	out, err := n.run(ctx, "-t", "-c", conf)
 	if err != nil {
 		return fmt.Errorf("%s -t -c %s: %w: %s", filepath.Base(n.Caps.Binary), conf, err, out)
+	}
+	return nil
+}
+
+// PolicyParse runs `-t` on the template policy's copy of a main config
+// (policy.ParseCopy, laid out by landing.Set.WriteParseCopy), with its
+// start-up log beside it: nothing of it reaches the log the agent reads
+// nginx's verdicts from.
+func (n *Ctl) PolicyParse(ctx context.Context, conf string) error {
+	out, err := n.runLogging(ctx, filepath.Join(filepath.Dir(conf), "error.log"), "-t", "-q", "-c", conf)
+	if err != nil {
+		return fmt.Errorf("%s -t of the policy parse: %w: %s", filepath.Base(n.Caps.Binary), err, out)
 	}
 	return nil
 }
@@ -107,48 +121,78 @@ func (n *Ctl) Activate(ctx context.Context) error {
 
 // reload sends SIGHUP and confirms the master re-read the configuration:
 // a worker of the new generation runs. The previous workers are left to
-// SelfTest, which hands the listeners over to the new ones once a new
-// worker has answered. A master that rejects the new configuration keeps
-// its old workers and logs [emerg] under its own pid; that is reported as
-// the error. (Workers may log [emerg] too, e.g. initgroups inside a user
-// namespace, without the reload failing.)
+// Handover, which hands the listeners over to the new ones once a new
+// worker has answered the self-test.
+//
+// That the master refused the configuration is read from its process,
+// never from text: nginx blocks every signal outside its sigsuspend, so a
+// master whose SIGHUP is no longer pending and that waits in sigsuspend
+// again has finished the reload, and without new workers it kept the old
+// ones. Its reason is quoted from its own lines of the master's error log
+// (its pid, at the start of a line nginx wrote); requests log elsewhere,
+// so no client text is ever quoted or decides anything. Where /proc does
+// not say (no /proc/<pid>/syscall), the master's own [emerg] line stands
+// in for the fact.
 func (n *Ctl) reload(ctx context.Context, pid int) error {
+	n.clearStaleSockets()
 	procs := n.procs()
-	before := procs.workers(pid)
+	kids := procs.proc().Children(pid)
+	before, children := workersOf(kids), pidsOf(kids)
 	logMark := fileSize(n.ErrorLog)
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload: signal master %d: %w", pid, err)
 	}
 	sent := time.Now()
 	deadline := sent.Add(n.settle())
+	reason := func() string {
+		if msg := distinct(n.logSince(logMark, pid, "emerg", "alert", "crit"), 4); msg != "" {
+			return msg
+		}
+		return "nginx logged no reason"
+	}
 	for {
 		if !procs.isMaster(pid) {
-			return fmt.Errorf("reload: master %d exited: %s", pid, n.errorsSince(logMark))
+			return fmt.Errorf("reload: master %d exited: %s", pid, reason())
 		}
-		if hasNew(before, procs.workers(pid)) {
+		if hasNew(children, procs.children(pid)) {
 			n.previous = generation0{master: pid, workers: before, since: sent}
 			return nil
 		}
-		if msg := n.errorsSince(logMark); strings.Contains(msg, fmt.Sprintf("[emerg] %d#", pid)) {
-			// The master may still be working through the bad config (it
-			// retries a failed bind for about two seconds); let it finish so
-			// the next reload starts clean and its errors are its own.
-			n.waitLogQuiet(ctx)
-			return fmt.Errorf("reload rejected by nginx: %s", msg)
+		done, known := procs.reloadDone(pid)
+		if !known {
+			done = len(n.logSince(logMark, pid, "emerg")) > 0
+			if done {
+				// It may still be working through the config (a failed bind
+				// is retried for about two seconds); let it finish so the
+				// next reload starts clean.
+				n.waitLogQuiet(ctx)
+			}
+		}
+		// New workers start before the master waits again: look once more.
+		if done && !hasNew(children, procs.children(pid)) {
+			return fmt.Errorf("reload rejected by nginx (the master kept its previous workers): %s", reason())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("reload: no new worker processes after %s: %s", n.settle(), n.errorsSince(logMark))
+			return fmt.Errorf("reload: no new worker processes after %s: %s", n.settle(), reason())
 		}
-		// The master re-parses the whole configuration first (tens of
-		// milliseconds for a hundred sites): poll finely, /proc is cheap.
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := sleep(ctx, reloadPoll(time.Since(sent))); err != nil {
 			return err
 		}
 	}
 }
 
+// reloadPoll is how long a reload under way for elapsed waits before it
+// looks again. The master re-parses the whole configuration first, from
+// ten milliseconds for a few sites to half a second for a thousand: a
+// fine poll at first keeps a small config's reload from waiting on the
+// poll, and a coarser one later leaves a large config's parse the CPU,
+// each poll costing a few /proc reads while seeing at most 1/16 late.
+func reloadPoll(elapsed time.Duration) time.Duration {
+	return min(max(elapsed/16, time.Millisecond), 5*time.Millisecond)
+}
+
 // generation0 is the previous generation's workers after a reload, until
-// SelfTest has handed over to the new ones.
+// Handover has handed over to the new ones.
 type generation0 struct {
 	master  int
 	workers []int
@@ -159,8 +203,8 @@ type generation0 struct {
 // stop accepting.
 const handoverWait = 5 * time.Second
 
-// handover makes the previous generation's workers stop accepting, once a
-// new worker has answered the probe, and waits until they have. nginx's
+// Handover makes the previous generation's workers stop accepting, once a
+// new worker has answered the self-test, and waits until they have. nginx's
 // master tells them itself, but only 100 ms after it started the new
 // workers, and until then they take the new connections (they were first
 // on the shared listening sockets): the new config would not yet be what
@@ -169,7 +213,7 @@ const handoverWait = 5 * time.Second
 // the master, which marks them leaving when its pause ends, does not
 // replace them. Their exit, which long-lived connections may delay for
 // minutes, is not waited for: it is logged at debug level.
-func (n *Ctl) handover(ctx context.Context) {
+func (n *Ctl) Handover(ctx context.Context) {
 	prev := n.previous
 	n.previous = generation0{}
 	if len(prev.workers) == 0 {
@@ -194,7 +238,7 @@ func (n *Ctl) handover(ctx context.Context) {
 			}
 			break
 		}
-		if sleep(ctx, 2*time.Millisecond) != nil {
+		if sleep(ctx, time.Millisecond) != nil {
 			break
 		}
 	}
@@ -218,6 +262,21 @@ func (n *Ctl) logExit(ctx context.Context, prev generation0) {
 	n.Log.Debug("reload: previous workers exited", "after", time.Since(prev.since))
 }
 
+// Reopen makes a running master reopen its log files (SIGUSR1, nginx's
+// own signal for it): after the agent moved a full log aside, nginx goes
+// on writing to a new file of that name instead of the one moved away. No
+// master running is no error: the next start opens the logs anyway.
+func (n *Ctl) Reopen() error {
+	pid := n.MasterPID()
+	if pid == 0 {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		return fmt.Errorf("reopen logs: signal master %d: %w", pid, err)
+	}
+	return nil
+}
+
 // Start starts a master with the live config and waits for its workers.
 func (n *Ctl) Start(ctx context.Context) error {
 	// A new master has no previous generation to hand over from.
@@ -227,6 +286,8 @@ func (n *Ctl) Start(ctx context.Context) error {
 	if n.MasterPID() == 0 {
 		os.Remove(n.PIDFile)
 	}
+	n.clearStaleSockets()
+	logMark := fileSize(n.ErrorLog)
 	out, err := n.run(ctx, "-c", n.MainConfig)
 	if err != nil {
 		return fmt.Errorf("start %s -c %s: %w: %s", filepath.Base(n.Caps.Binary), n.MainConfig, err, out)
@@ -237,7 +298,7 @@ func (n *Ctl) Start(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("start: nginx did not come up within %s: %s", n.settle(), tail(n.ErrorLog, 2048))
+			return fmt.Errorf("start: nginx did not come up within %s: %s", n.settle(), distinct(n.logSince(logMark, 0, "emerg", "alert", "crit"), 4))
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
@@ -293,53 +354,12 @@ func (n *Ctl) waitGone(ctx context.Context, pid int, d time.Duration) bool {
 	return true
 }
 
-func (n *Ctl) errorsSince(mark int64) string {
-	return n.logSince(mark, "[emerg]", "[alert]", "[crit]")
-}
-
-// logSince returns the error-log lines after mark at the given levels,
-// joined with "; " (at most 8 KiB of log is read).
-func (n *Ctl) logSince(mark int64, levels ...string) string {
-	f, err := os.Open(n.ErrorLog)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if _, err := f.Seek(mark, io.SeekStart); err != nil {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, 8192))
-	var keep []string
-	for _, l := range strings.Split(string(b), "\n") {
-		for _, lv := range levels {
-			if strings.Contains(l, lv) {
-				keep = append(keep, strings.TrimSpace(l))
-				break
-			}
-		}
-	}
-	return strings.Join(keep, "; ")
-}
-
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return 0
 	}
 	return fi.Size()
-}
-
-func tail(p string, n int64) string {
-	f, err := os.Open(p)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if size := fileSize(p); size > n {
-		f.Seek(size-n, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	return strings.TrimSpace(string(b))
 }
 
 // procTable reads nginx's processes from /proc.
@@ -361,10 +381,30 @@ func (p procTable) isMaster(pid int) bool {
 	return err == nil && !pr.Zombie() && strings.Contains(pr.Cmdline, "master process")
 }
 
+// children lists every process of a master. A new one after SIGHUP is the
+// new generation: the master forks only once the configuration loaded.
+// Workers cannot tell it alone: a new worker keeps its master's title
+// until its modules' init is done (init_worker_by_lua, which loads the IP
+// groups and geo snapshots), and the master waits in sigsuspend again
+// 100 ms after forking it, so a slow init would read as a rejected reload.
+// A worker respawned after a crash is new too; the self-test that follows
+// tells the generations apart.
+func (p procTable) children(master int) []int { return pidsOf(p.proc().Children(master)) }
+
 // workers lists the live worker processes of a master.
-func (p procTable) workers(master int) []int {
+func (p procTable) workers(master int) []int { return workersOf(p.proc().Children(master)) }
+
+func pidsOf(procs []linux.Process) []int {
 	var pids []int
-	for _, c := range p.proc().Children(master) {
+	for _, c := range procs {
+		pids = append(pids, c.PID)
+	}
+	return pids
+}
+
+func workersOf(procs []linux.Process) []int {
+	var pids []int
+	for _, c := range procs {
 		if strings.Contains(c.Cmdline, "worker process") {
 			pids = append(pids, c.PID)
 		}
@@ -386,6 +426,26 @@ func (p procTable) retired(old []int) bool {
 		}
 	}
 	return true
+}
+
+// reloadDone reports whether the master has taken its SIGHUP and waits in
+// sigsuspend again: the reload is over, with new workers or without.
+// Order matters: the signal is seen taken first, so the wait seen after
+// is a new one. known is false where /proc does not tell (no
+// /proc/<pid>/syscall, or no right to read it).
+func (p procTable) reloadDone(pid int) (done, known bool) {
+	pending, err := p.proc().SignalPending(pid, int(syscall.SIGHUP))
+	if err != nil {
+		return false, false
+	}
+	if pending {
+		return false, true
+	}
+	nr, blocked, err := p.proc().BlockedIn(pid)
+	if err != nil {
+		return false, false
+	}
+	return blocked && nr == unix.SYS_RT_SIGSUSPEND, true
 }
 
 // anyAlive reports whether any of pids still runs.

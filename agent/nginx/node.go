@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/openflare/openflare-agent/agent/osuser"
+	"openflare/agent/osuser"
 )
 
 // Node is a usable nginx binary: the adapter for what it can do and the
@@ -58,29 +58,29 @@ func (u Unusable) Route(text string) string                      { return text }
 func (u Unusable) Modules() []string                             { return nil }
 func (u Unusable) Workers(string, bool) (osuser.Identity, error) { return osuser.Identity{}, u.err() }
 func (u Unusable) Test(context.Context, string) error            { return u.err() }
+func (u Unusable) PolicyParse(context.Context, string) error     { return u.err() }
 func (u Unusable) Activate(context.Context) error                { return u.err() }
 func (u Unusable) Restart(context.Context) error                 { return u.err() }
 func (u Unusable) Running() bool                                 { return false }
 func (u Unusable) LogMark() int64                                { return 0 }
 func (u Unusable) SelfTest(context.Context, int64) error         { return u.err() }
+func (u Unusable) Handover(context.Context)                      {}
 
 // Files are where a node's nginx keeps what the agent reads and names.
 type Files struct {
 	MainConfig, PIDFile, ErrorLog string
-	// ProbeURL is the self-probe location (landing.Paths.ProbeURL).
-	ProbeURL string
 }
 
-// Open probes the binary and returns the node's nginx: the adapter for
-// this binary and host (nginxUser is agent.json's nginx_user) and the
-// controller of its master.
+// Open reads the binary's capabilities and returns the node's nginx: the
+// adapter for this binary and host (nginxUser is agent.json's nginx_user)
+// and the controller of its master.
 func Open(ctx context.Context, bin, nginxUser string, f Files, log *slog.Logger) (Node, error) {
-	caps, err := Probe(ctx, bin)
+	caps, err := ReadCaps(ctx, bin)
 	if err != nil {
 		return Node{}, err
 	}
 	return Node{
 		Adapter: &Adapter{Caps: caps, Host: osuser.CurrentHost(), NginxUser: nginxUser},
-		Ctl:     &Ctl{Caps: caps, MainConfig: f.MainConfig, PIDFile: f.PIDFile, ErrorLog: f.ErrorLog, ProbeURL: f.ProbeURL, Log: log},
+		Ctl:     &Ctl{Caps: caps, MainConfig: f.MainConfig, PIDFile: f.PIDFile, ErrorLog: f.ErrorLog, Log: log},
 	}, nil
 }

@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
+	"sort"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/agent/protocol"
+	"openflare/internal/atomicfile"
 )
 
 const (
@@ -42,7 +41,7 @@ type offlineBuffer struct {
 func loadBuffer(path string, capBytes int64, replayMinutes int, log *slog.Logger) (*offlineBuffer, error) {
 	b := &offlineBuffer{path: path, capBytes: capBytes, replaySeconds: int64(replayMinutes) * 60, log: log}
 	var ws []protocol.BufferedWindow
-	if err := state.LoadJSON(path, &ws, log); err != nil {
+	if err := atomicfile.LoadJSON(path, &ws, log); err != nil {
 		return nil, fmt.Errorf("load observability buffer: %w", err)
 	}
 	for _, w := range ws {
@@ -66,25 +65,30 @@ func windowStart(t int64) int64 {
 // same minute replaces an earlier one, one reading per minute being enough.
 func (b *offlineBuffer) upsert(start int64, hm *protocol.HostMetrics, eh *protocol.EdgeHealth) {
 	start = windowStart(start)
-	i, found := slices.BinarySearchFunc(b.windows, start, func(w protocol.BufferedWindow, s int64) int {
-		return cmpInt64(w.CapturedAtUnix, s)
-	})
+	i, found := b.find(start)
 	w := protocol.BufferedWindow{CapturedAtUnix: start, HostMetrics: hm, EdgeHealth: eh}
-	if found {
-		b.windows[i] = w
-		return
+	if !found {
+		b.windows = append(b.windows, protocol.BufferedWindow{})
+		copy(b.windows[i+1:], b.windows[i:])
 	}
-	b.windows = slices.Insert(b.windows, i, w)
+	b.windows[i] = w
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+// The windows are kept sorted by hand rather than with the slices
+// package: its generic functions, instantiated for this struct, cost the
+// binary 4 KiB.
+
+// find is the index of the window captured at t, or where it belongs.
+func (b *offlineBuffer) find(t int64) (int, bool) {
+	i := sort.Search(len(b.windows), func(i int) bool { return b.windows[i].CapturedAtUnix >= t })
+	return i, i < len(b.windows) && b.windows[i].CapturedAtUnix == t
+}
+
+// drop removes windows [i, j), leaving no reading referenced past the end.
+func (b *offlineBuffer) drop(i, j int) {
+	n := copy(b.windows[i:], b.windows[j:])
+	clear(b.windows[i+n:])
+	b.windows = b.windows[:i+n]
 }
 
 // expire drops windows older than the replay horizon.
@@ -95,7 +99,7 @@ func (b *offlineBuffer) expire(now int64) {
 		n++
 	}
 	if n > 0 {
-		b.windows = slices.Delete(b.windows, 0, n)
+		b.drop(0, n)
 		b.dirty = true
 	}
 }
@@ -104,7 +108,7 @@ func (b *offlineBuffer) expire(now int64) {
 // The readings are shared, not copied: nothing modifies them in place.
 func (b *offlineBuffer) replay(now int64) []protocol.BufferedWindow {
 	b.expire(now)
-	return slices.Clone(b.windows[:min(len(b.windows), maxReplayWindows)])
+	return append([]protocol.BufferedWindow(nil), b.windows[:min(len(b.windows), maxReplayWindows)]...)
 }
 
 // failed buffers a failed beat's readings and writes the file.
@@ -119,11 +123,8 @@ func (b *offlineBuffer) acked(sent []protocol.BufferedWindow, now int64) {
 	b.events = nil
 	changed := false
 	for _, s := range sent {
-		i, found := slices.BinarySearchFunc(b.windows, s.CapturedAtUnix, func(w protocol.BufferedWindow, t int64) int {
-			return cmpInt64(w.CapturedAtUnix, t)
-		})
-		if found {
-			b.windows = slices.Delete(b.windows, i, i+1)
+		if i, found := b.find(s.CapturedAtUnix); found {
+			b.drop(i, i+1)
 			changed = true
 		}
 	}
@@ -141,7 +142,7 @@ func (b *offlineBuffer) save(now int64) {
 		b.log.Warn("encode observability buffer", "path", b.path, "err", err)
 		return
 	}
-	if err := atomicfile.WriteFile(b.path, data, state.FileMode); err != nil {
+	if err := atomicfile.WriteFile(b.path, data, atomicfile.PrivateFile); err != nil {
 		b.log.Warn("write observability buffer", "path", b.path, "err", err)
 		return
 	}
@@ -166,7 +167,7 @@ func (b *offlineBuffer) encodeCapped(now int64) ([]byte, error) {
 		// so a large overflow does not cost one encoding per window.
 		per := max(int64(len(data))/int64(len(b.windows)), 1)
 		n := int(min((excess+per-1)/per, int64(len(b.windows))))
-		b.windows = slices.Delete(b.windows, 0, n)
+		b.drop(0, n)
 		dropped += n
 	}
 }
@@ -175,8 +176,8 @@ func (b *offlineBuffer) trimmed(n int, now int64) {
 	msg := fmt.Sprintf("observability buffer %s exceeded %d bytes; dropped the %d oldest minute windows", b.path, b.capBytes, n)
 	b.log.Warn("observability buffer trimmed", "path", b.path, "cap_bytes", b.capBytes, "dropped_windows", n)
 	b.events = append(b.events, protocol.HealthEvent{
-		EventType:       "observability_buffer_trimmed",
-		Severity:        "warning",
+		EventType:       protocol.EventObservabilityTrimmed,
+		Severity:        protocol.SeverityWarning,
 		Message:         msg,
 		TriggeredAtUnix: now,
 		Metadata:        map[string]string{"dropped_windows": fmt.Sprint(n)},

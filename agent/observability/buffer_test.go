@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // readBuffer returns the windows in the buffer file.

@@ -1,7 +1,7 @@
 // Package observability produces the observability parts of a heartbeat
 // (PROTOCOL 2.1, 12): host metrics and profile from /proc, OpenResty edge
-// health from the loopback probes, new access-log lines, and the offline
-// buffer of readings from beats the server never acknowledged.
+// health from the loopback health check, new access-log lines, and the
+// offline buffer of readings from beats the server never acknowledged.
 //
 // Only facts leave the agent: counters and instant readings. Aggregates
 // (unique visitors, top-N) are the server's business.
@@ -13,11 +13,12 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/internal/linux"
+	"openflare/agent/protocol"
+	"openflare/internal/atomicfile"
+	"openflare/internal/linux"
 )
 
 const (
@@ -31,7 +32,7 @@ type Options struct {
 	StateFile      string // the Collector's own state: log cursor, profile fingerprint
 	BufferPath     string // observability_buffer_path
 	DataDir        string // its filesystem is reported as storage
-	MainConfigPath string // no health probe while this file does not exist
+	MainConfigPath string // no health check while this file does not exist
 
 	ObservabilityPort int   // loopback port of the OpenResty observability server
 	ReplayMinutes     int   // buffered windows older than this are dropped (default 60)
@@ -40,7 +41,7 @@ type Options struct {
 
 	FS         linux.FS         // default linux.Default(); tests point it at fixture trees
 	Now        func() time.Time // default time.Now
-	HTTPClient *http.Client     // for the loopback probes
+	HTTPClient *http.Client     // for the loopback health check
 	Log        *slog.Logger
 }
 
@@ -48,17 +49,18 @@ type Options struct {
 type Report struct {
 	Profile     *protocol.Profile // nil unless the host profile changed since it was last acknowledged
 	HostMetrics *protocol.HostMetrics
-	// EdgeHealth.Status is the probe's result, or the last one while no
-	// probe runs; the server overrides it with the top-level status anyway.
+	// EdgeHealth.Status is the health check's result, or the last one
+	// while no check runs; the server overrides it with the top-level
+	// status anyway.
 	EdgeHealth *protocol.EdgeHealth
 	AccessLogs []protocol.AccessLog
 	Buffered   []protocol.BufferedWindow
 	// Events are the Collector's own (buffer trimmed, access log lost);
 	// the agent adds openresty_unhealthy and sync_error itself.
 	Events []protocol.HealthEvent
-	// Status and Message are the OpenResty status after the probe; an
-	// empty Status means no probe ran (no main config yet): keep the
-	// current one. PROTOCOL 12.3 stores an unhealthy probe's message only
+	// Status and Message are the OpenResty status after the health check;
+	// an empty Status means no check ran (no main config yet): keep the
+	// current one. PROTOCOL 12.3 stores an unhealthy check's message only
 	// when the current message is empty; that rule is the agent's, which
 	// owns the message.
 	Status, Message string
@@ -91,10 +93,14 @@ type Collector struct {
 	tail      *tailer
 	buf       *offlineBuffer
 	host      *hostSampler
-	probe     *prober
-	lastState string // last probed OpenResty status, for EdgeHealth between probes
+	health    *healthCheck
+	lastState string // last checked OpenResty status, for EdgeHealth between checks
 	seq       uint64 // of the latest Report
 	resolved  uint64 // seq of the latest Report acknowledged or failed
+	// reported is the file of saved.Cursor, for ReportedFile: the log
+	// rotation asks every second and must not wait on mu, which Collect
+	// holds across the loopback health check.
+	reported atomic.Pointer[fileID]
 }
 
 // New loads the Collector's state and offline buffer. A file that cannot be
@@ -132,7 +138,7 @@ func New(o Options) (*Collector, error) {
 	}
 
 	c := &Collector{o: o, log: o.Log, lastState: protocol.StatusUnknown}
-	if err := state.LoadJSON(o.StateFile, &c.saved, o.Log); err != nil {
+	if err := atomicfile.LoadJSON(o.StateFile, &c.saved, o.Log); err != nil {
 		return nil, fmt.Errorf("observability: load state: %w", err)
 	}
 	buf, err := loadBuffer(o.BufferPath, o.BufferCap, o.ReplayMinutes, o.Log)
@@ -141,21 +147,22 @@ func New(o Options) (*Collector, error) {
 	}
 	c.buf = buf
 	c.tail = newTailer(o.AccessLogPath, c.saved.Cursor, o.Log)
+	c.setReported()
 	c.host = newHostSampler(o.FS, o.DataDir, o.Log)
-	c.probe = newProber(o.HTTPClient, o.ObservabilityPort, o.MainConfigPath)
+	c.health = newHealthCheck(o.HTTPClient, o.ObservabilityPort, o.MainConfigPath)
 	return c, nil
 }
 
 // Collect gathers one beat. It never fails the beat: problems become health
-// events, log lines or zero readings. The probe takes at most 1.5 s.
+// events, log lines or zero readings. The health check takes at most 1.5 s.
 func (c *Collector) Collect(ctx context.Context) *Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
-	pr := c.probe.probe(ctx)
+	hr := c.health.check(ctx)
 	now := c.o.Now()
-	if pr.checked {
-		c.lastState = pr.status
+	if hr.checked {
+		c.lastState = hr.status
 	}
 	hm, profile := c.host.sample(now)
 	b := c.tail.next(c.o.MaxLines)
@@ -174,14 +181,14 @@ func (c *Collector) Collect(ctx context.Context) *Report {
 		EdgeHealth: &protocol.EdgeHealth{
 			CapturedAtUnix: now.Unix(),
 			Status:         c.lastState,
-			Message:        pr.msg,
-			Connections:    pr.connections,
+			Message:        hr.msg,
+			Connections:    hr.connections,
 		},
 		AccessLogs: b.lines,
 		Buffered:   c.buf.replay(now.Unix()),
 		Events:     append(b.events, c.buf.events...),
-		Status:     pr.status,
-		Message:    pr.msg,
+		Status:     hr.status,
+		Message:    hr.msg,
 		Unparsable: b.unparsable,
 		More:       b.more,
 		seq:        c.seq,
@@ -210,16 +217,39 @@ func (c *Collector) Ack(r *Report) {
 	}
 	c.tail.commit(r.cursor)
 	if next != c.saved {
-		if err := state.SaveJSON(c.o.StateFile, next); err != nil {
+		if err := atomicfile.SaveJSON(c.o.StateFile, next); err != nil {
 			// The tailer goes on from the new position in memory; the
 			// next Ack writes again, and only a restart before that
 			// resends the lines.
 			c.log.Warn("save observability state", "path", c.o.StateFile, "err", err)
 		} else {
 			c.saved = next
+			c.setReported()
 		}
 	}
 	c.buf.acked(r.Buffered, c.o.Now().Unix())
+}
+
+// ReportedFile is the identity (device and inode) of the access-log file
+// the last line the server acknowledged is in, as saved for the next start:
+// the files rotated before it hold nothing the tailer will still read,
+// while it and the files after it may. ok is false before a first
+// acknowledgement: the tailer then reads the file at the path from its
+// start, and no rotated file at all.
+func (c *Collector) ReportedFile() (dev, ino uint64, ok bool) {
+	id := c.reported.Load()
+	if id == nil {
+		return 0, 0, false
+	}
+	return id.dev, id.ino, true
+}
+
+func (c *Collector) setReported() {
+	if id := c.saved.Cursor.id(); !id.zero() {
+		c.reported.Store(&id)
+	} else {
+		c.reported.Store(nil)
+	}
 }
 
 // Nack records that the beat of r failed: its readings are kept in the
@@ -245,10 +275,10 @@ func (c *Collector) claim(r *Report) bool {
 	return true
 }
 
-// Close releases the open log files and probe connections.
+// Close releases the open log files and the health check's connections.
 func (c *Collector) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tail.close()
-	c.probe.close()
+	c.health.close()
 }

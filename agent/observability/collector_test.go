@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/linux"
+	"openflare/agent/protocol"
+	"openflare/internal/linux"
 )
 
 // fixtureRoot is a host tree of internal/linux's test data.
@@ -43,7 +43,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // testOptions returns options over a fresh directory, the x86 fixture
-// host and no main config (so no health probe).
+// host and no main config (so no health check).
 func testOptions(t testing.TB, clk *fakeClock) Options {
 	dir := t.TempDir()
 	return Options{
@@ -293,4 +293,63 @@ func BenchmarkCollect(b *testing.B) {
 		c.Ack(r)
 	}
 	reportLineRate(b, b.N*defaultMaxLines, cpu)
+}
+
+// ReportedFile names the file of the last acknowledged line, across a
+// rotation and a restart: the log rotation waits for it to name the file
+// at the path before it moves that file aside.
+func TestReportedFile(t *testing.T) {
+	o := testOptions(t, newClock())
+	if err := os.MkdirAll(filepath.Dir(o.AccessLogPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := createLog(t, o.AccessLogPath)
+	firstID := fileIDOf(t, o.AccessLogPath)
+	writeLines(t, first, 0, 3)
+	c := newCollector(t, o)
+	expect := func(want fileID, what string) {
+		t.Helper()
+		dev, ino, ok := c.ReportedFile()
+		if got := (fileID{dev, ino}); !ok || got != want {
+			t.Fatalf("%s: ReportedFile %v (ok %v), want %v", what, got, ok, want)
+		}
+	}
+	r := c.Collect(context.Background())
+	if _, _, ok := c.ReportedFile(); ok {
+		t.Fatal("a file is reported before any acknowledgement")
+	}
+	c.Ack(r)
+	expect(firstID, "after the first acknowledgement")
+
+	if err := os.Rename(o.AccessLogPath, o.AccessLogPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	second := createLog(t, o.AccessLogPath)
+	secondID := fileIDOf(t, o.AccessLogPath)
+	writeLines(t, first, 3, 4) // a worker that has not reopened yet
+	writeLines(t, second, 10, 12)
+	for range 2 { // the rest of the moved file, then its end seen once more
+		c.Ack(c.Collect(context.Background()))
+	}
+	expect(firstID, "while the moved file may still be written")
+	r = c.Collect(context.Background())
+	expectLines(t, batch{lines: r.AccessLogs}, 10, 12)
+	c.Nack(r)
+	expect(firstID, "after a failed beat with the new file's lines")
+	r = c.Collect(context.Background())
+	c.Ack(r)
+	expect(secondID, "once the new file's lines are acknowledged")
+
+	c.Close()
+	c = newCollector(t, o)
+	expect(secondID, "after a restart")
+}
+
+func fileIDOf(t testing.TB, path string) fileID {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idOf(fi)
 }

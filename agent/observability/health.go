@@ -14,37 +14,37 @@ import (
 	"sync"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 const (
-	// probeBudget is for both loopback requests together (PROTOCOL 12.3).
-	probeBudget = 1500 * time.Millisecond
-	// maxProbeBody bounds what is read from either endpoint; both answer
+	// healthBudget is for both loopback requests together (PROTOCOL 12.3).
+	healthBudget = 1500 * time.Millisecond
+	// maxHealthBody bounds what is read from either endpoint; both answer
 	// with a few dozen bytes.
-	maxProbeBody = 64 << 10
+	maxHealthBody = 64 << 10
 
 	stubStatusPath    = "/openflare/stub_status"
 	observabilityPath = "/openflare/observability"
 )
 
-// prober asks the local OpenResty how it is (PROTOCOL 12.3).
-type prober struct {
+// healthCheck asks the local OpenResty how it is (PROTOCOL 12.3).
+type healthCheck struct {
 	client     *http.Client
 	ownClient  bool   // created here, so its idle connections are ours to close
 	base       string // http://127.0.0.1:<port>
 	mainConfig string
 }
 
-// probeResult is one probe. checked is false when no main config exists
+// healthResult is one health check. checked is false when no main config exists
 // yet, so there is no OpenResty to ask and its status is left alone.
-type probeResult struct {
+type healthResult struct {
 	checked     bool
 	status, msg string
 	connections int64
 }
 
-func newProber(client *http.Client, port int, mainConfig string) *prober {
+func newHealthCheck(client *http.Client, port int, mainConfig string) *healthCheck {
 	own := client == nil
 	if own {
 		client = &http.Client{Transport: &http.Transport{
@@ -54,7 +54,7 @@ func newProber(client *http.Client, port int, mainConfig string) *prober {
 			IdleConnTimeout:     30 * time.Second,
 		}}
 	}
-	return &prober{
+	return &healthCheck{
 		client:     client,
 		ownClient:  own,
 		base:       "http://127.0.0.1:" + strconv.Itoa(port),
@@ -68,11 +68,11 @@ type fetched struct {
 	err  error
 }
 
-func (p *prober) probe(ctx context.Context) probeResult {
+func (p *healthCheck) check(ctx context.Context) healthResult {
 	if _, err := os.Stat(p.mainConfig); errors.Is(err, fs.ErrNotExist) {
-		return probeResult{}
+		return healthResult{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	ctx, cancel := context.WithTimeout(ctx, healthBudget)
 	defer cancel()
 	// Both requests run at once so together they fit the budget.
 	var stub, obs fetched
@@ -81,7 +81,7 @@ func (p *prober) probe(ctx context.Context) probeResult {
 	wg.Go(func() { obs = p.get(ctx, observabilityPath) })
 	wg.Wait()
 
-	r := probeResult{checked: true}
+	r := healthResult{checked: true}
 	switch {
 	case stub.err != nil:
 		r.status, r.msg = protocol.StatusUnhealthy, "openresty health endpoint unreachable: "+stub.err.Error()
@@ -99,13 +99,13 @@ func (p *prober) probe(ctx context.Context) probeResult {
 	return r
 }
 
-func (p *prober) close() {
+func (p *healthCheck) close() {
 	if p.ownClient {
 		p.client.CloseIdleConnections()
 	}
 }
 
-func (p *prober) get(ctx context.Context, path string) fetched {
+func (p *healthCheck) get(ctx context.Context, path string) fetched {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
 	if err != nil {
 		return fetched{err: fmt.Errorf("build request: %w", err)}
@@ -115,7 +115,7 @@ func (p *prober) get(ctx context.Context, path string) fetched {
 		return fetched{err: err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHealthBody))
 	if err != nil {
 		return fetched{code: resp.StatusCode, err: fmt.Errorf("read %s: %w", path, err)}
 	}

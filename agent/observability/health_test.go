@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 const stubBody = "Active connections: 7 \nserver accepts handled requests\n 16 16 31 \nReading: 0 Writing: 1 Waiting: 6 \n"
@@ -62,7 +62,7 @@ func (e *edge) start(t *testing.T) (*Collector, *httptest.Server) {
 	return newCollector(t, o), srv
 }
 
-func TestHealthProbe(t *testing.T) {
+func TestHealthCheck(t *testing.T) {
 	cases := []struct {
 		name     string
 		edge     *edge
@@ -94,7 +94,7 @@ func TestHealthProbe(t *testing.T) {
 	}
 }
 
-func TestHealthProbeDown(t *testing.T) {
+func TestHealthCheckDown(t *testing.T) {
 	e := &edge{stubCode: 200, luaCode: 200}
 	c, srv := e.start(t)
 	srv.Close()
@@ -105,7 +105,7 @@ func TestHealthProbeDown(t *testing.T) {
 	}
 }
 
-func TestHealthProbeSlow(t *testing.T) {
+func TestHealthCheckSlow(t *testing.T) {
 	e := &edge{block: make(chan struct{})}
 	c, _ := e.start(t)
 	t.Cleanup(func() { close(e.block) }) // runs before the server's Close
@@ -117,8 +117,8 @@ func TestHealthProbeSlow(t *testing.T) {
 	}
 	// Both requests share one budget; the upper bound leaves room for a
 	// loaded test machine.
-	if took < probeBudget || took > probeBudget+3*time.Second {
-		t.Errorf("probe took %v, want about %v", took, probeBudget)
+	if took < healthBudget || took > healthBudget+3*time.Second {
+		t.Errorf("health check took %v, want about %v", took, healthBudget)
 	}
 }
 
@@ -130,13 +130,13 @@ func TestHealthSkippedWithoutMainConfig(t *testing.T) {
 	}
 	r := c.Collect(context.Background())
 	if r.Status != "" || r.Message != "" || e.hits.Load() != 0 {
-		t.Errorf("status %q %q after %d requests; want no probe", r.Status, r.Message, e.hits.Load())
+		t.Errorf("status %q %q after %d requests; want no health check", r.Status, r.Message, e.hits.Load())
 	}
 }
 
-// TestEdgeStatusKeptBetweenProbes reports the last probed status in
-// edge_health while the probe is skipped.
-func TestEdgeStatusKeptBetweenProbes(t *testing.T) {
+// TestEdgeStatusKeptBetweenChecks reports the last checked status in
+// edge_health while the check is skipped.
+func TestEdgeStatusKeptBetweenChecks(t *testing.T) {
 	e := &edge{stubCode: 200, luaCode: 404}
 	c, _ := e.start(t)
 	c.Ack(c.Collect(context.Background()))

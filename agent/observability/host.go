@@ -11,8 +11,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/linux"
+	"openflare/agent/protocol"
+	"openflare/internal/linux"
 )
 
 // staticRefresh is how often the slow-changing profile facts (hostname, OS,

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/internal/linux"
+	"openflare/agent/protocol"
+	"openflare/internal/linux"
 )
 
 // copyFixture copies a fixture host tree so a test can change it.

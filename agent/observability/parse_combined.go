@@ -3,7 +3,7 @@ package observability
 import (
 	"bytes"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // isReSpace is \s of Go's regexp: exactly these five ASCII bytes.

@@ -4,7 +4,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // Field indexes of the string values fastJSON collects.

@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // The references the hand-written parsers are held to. They live in tests

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 const stockJSONLine = `{"ts":"2026-07-18T10:00:00+08:00","host":"shop.example.com","path":"/cart?id=3","remote_addr":"203.0.113.9","status":200,"request_time":0.018,"bytes_sent":5120,"request_length":431,"user_agent":"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36","cache_status":"HIT"}`

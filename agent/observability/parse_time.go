@@ -27,16 +27,18 @@ func parseRFC3339(b []byte) (int64, bool) {
 	return t.Unix(), true
 }
 
-var monthAbbr = [12]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
+// months is one string rather than an array of twelve: constant text
+// costs nothing in the binary's data segment.
+const months = "JanFebMarAprMayJunJulAugSepOctNovDec"
 
 // parseCLFTime reads nginx's $time_local ("18/Jul/2026:10:00:00 +0800") the
 // same way: a fixed shape here, anything else through time.Parse.
 func parseCLFTime(b []byte) (int64, bool) {
 	if len(b) == 26 && b[2] == '/' && b[6] == '/' && b[11] == ':' && b[14] == ':' && b[17] == ':' && b[20] == ' ' {
 		month := 0
-		for i, m := range monthAbbr {
-			if string(b[3:6]) == m {
-				month = i + 1
+		for i := 0; i < len(months); i += 3 {
+			if string(b[3:6]) == months[i:i+3] {
+				month = i/3 + 1
 				break
 			}
 		}

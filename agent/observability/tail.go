@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 const (
@@ -296,8 +296,8 @@ func (t *tailer) skippedRotations(old *os.File, from, to fileID) []protocol.Heal
 		return nil
 	}
 	ev := protocol.HealthEvent{
-		EventType: "access_log_lost",
-		Severity:  "warning",
+		EventType: protocol.EventAccessLogLost,
+		Severity:  protocol.SeverityWarning,
 		Message: fmt.Sprintf("access log %s was rotated more than once between reads; the lines of %s were not reported",
 			t.path, strings.Join(names, ", ")),
 	}
@@ -307,8 +307,8 @@ func (t *tailer) skippedRotations(old *os.File, from, to fileID) []protocol.Heal
 
 func (t *tailer) lostEvent(cur Cursor) protocol.HealthEvent {
 	return protocol.HealthEvent{
-		EventType: "access_log_lost",
-		Severity:  "warning",
+		EventType: protocol.EventAccessLogLost,
+		Severity:  protocol.SeverityWarning,
 		Message: fmt.Sprintf("access log %s was rotated away (device %d, inode %d) and is no longer in %s; "+
 			"lines written to it after byte %d were not reported", t.path, cur.Dev, cur.Ino, t.dir, cur.Offset),
 	}

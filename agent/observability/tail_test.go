@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // numbered is an access-log line whose path carries n, so tests can check

@@ -99,6 +99,11 @@ func (t tables) groupID(name string) (int, bool) {
 	return 0, false
 }
 
+// GroupID finds a group's gid by name in the group database.
+func (d DB) GroupID(name string) (int, bool) {
+	return tables{group: d.read("group")}.groupID(name)
+}
+
 // groupName finds a group's name by gid.
 func (t tables) groupName(gid int) (string, bool) {
 	for _, e := range t.group {
@@ -141,10 +146,18 @@ func (id Identity) String() string {
 	return fmt.Sprintf("%s:%s (%d:%d)", id.User, id.Group, id.UID, id.GID)
 }
 
+// WorkerUser is the system user install.sh creates for the workers alone.
+// nginx leaves its workers dumpable, so every process of their uid can read
+// their memory, the TLS keys of the sites they serve included: on Debian
+// PHP-FPM and Apache run as www-data, and a compromised PHP app would get
+// them.
+const WorkerUser = "openflare-www"
+
 // Fallbacks are the unprivileged users tried, in order, when neither
-// agent.json nor the template names a user that exists: Debian and Ubuntu
-// ship www-data, every Linux (OpenWrt and BusyBox included) has nobody.
-var Fallbacks = []string{"www-data", "nobody"}
+// agent.json nor the template names a user that exists: the workers' own
+// user, then the shared ones, www-data (Debian and Ubuntu) and nobody
+// (every Linux, OpenWrt and BusyBox included).
+var Fallbacks = []string{WorkerUser, "www-data", "nobody"}
 
 // Host is the process the agent runs as.
 type Host struct {
@@ -258,10 +271,15 @@ func (d DB) Resolve(h Host, configured, template string) (Identity, error) {
 			if err != nil {
 				continue
 			}
-			id.Why = "fallback: the template names no usable user (nginx_user in agent.json sets one)"
+			why := "the template names no usable user"
 			if template != "" {
 				u, _ := splitUserGroup(template)
-				id.Why = fmt.Sprintf("fallback: the template's user %q does not exist here or is root (nginx_user in agent.json sets one)", u)
+				why = fmt.Sprintf("the template's user %q does not exist here or is root", u)
+			}
+			if name == WorkerUser {
+				id.Why = fmt.Sprintf("fallback: %s; %s is the workers' own user (nginx_user in agent.json sets another)", why, name)
+			} else {
+				id.Why = fmt.Sprintf("fallback: %s and there is no usable %s (install.sh creates it), so %s, a user other services may share (nginx_user in agent.json sets one)", why, WorkerUser, name)
 			}
 			return id, nil
 		}

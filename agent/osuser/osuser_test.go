@@ -73,6 +73,43 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// The workers' own user comes before the shared ones, and the reason given
+// says which was taken and why; the owner's and the template's choices
+// still win.
+func TestResolvePrefersWorkerUser(t *testing.T) {
+	const own = "openflare-www:x:998:998:openflare nginx workers:/nonexistent:/usr/sbin/nologin\n"
+	dedicated := writeDB(t, debianPasswd+own, debianGroup+"openflare-www:x:998:\n")
+	noGroup := writeDB(t, debianPasswd+own, debianGroup)
+	root := Host{EUID: 0}
+	cases := []struct {
+		name                 string
+		db                   DB
+		configured, template string
+		want                 string // Directive
+		wantUID              int
+		why                  string // in Why
+	}{
+		{"no template user", dedicated, "", "", "user openflare-www openflare-www;", 998, "openflare-www is the workers' own user"},
+		{"template user missing", dedicated, "", "openflare", "user openflare-www openflare-www;", 998, `the template's user "openflare" does not exist`},
+		{"template names root", dedicated, "", "root", "user openflare-www openflare-www;", 998, "openflare-www is the workers' own user"},
+		{"template user exists", dedicated, "", "www-data", "user www-data www-data;", 33, "the template's user directive"},
+		{"configured", dedicated, "www-data", "", "user www-data www-data;", 33, "agent.json nginx_user"},
+		{"its group missing: www-data", noGroup, "", "", "user www-data www-data;", 33, "no usable openflare-www (install.sh creates it), so www-data"},
+		{"absent: www-data", writeDB(t, debianPasswd, debianGroup), "", "", "user www-data www-data;", 33, "no usable openflare-www (install.sh creates it), so www-data"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := tc.db.Resolve(root, tc.configured, tc.template)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.Directive != tc.want || id.UID != tc.wantUID || !strings.Contains(id.Why, tc.why) {
+				t.Fatalf("got %+v, want %q uid %d, why with %q", id, tc.want, tc.wantUID, tc.why)
+			}
+		})
+	}
+}
+
 func TestResolveErrors(t *testing.T) {
 	debian := writeDB(t, debianPasswd, debianGroup)
 	for _, configured := range []string{"ghost", "www-data:ghosts"} {
@@ -164,5 +201,15 @@ func TestSingleUIDMap(t *testing.T) {
 		if got := singleUIDMap(p); got != tc.want {
 			t.Errorf("%q → %v", tc.m, got)
 		}
+	}
+}
+
+func TestGroupID(t *testing.T) {
+	db := writeDB(t, debianPasswd, debianGroup+"adm:x:4:syslog\n")
+	if gid, ok := db.GroupID("adm"); !ok || gid != 4 {
+		t.Errorf("adm: %d %v", gid, ok)
+	}
+	if _, ok := writeDB(t, openwrtPasswd, openwrtGroup).GroupID("adm"); ok {
+		t.Error("adm found on OpenWrt")
 	}
 }

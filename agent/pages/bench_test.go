@@ -123,3 +123,44 @@ func BenchmarkExtract100MiB(b *testing.B) {
 		})
 	}
 }
+
+// Extraction of 100 one-byte files, each in a chain of directories of its
+// own as deep as the depth limit allows or less: the cost per directory
+// stays the same whatever the depth, so a package costs what its names
+// are long, never their square.
+func BenchmarkExtractDeep(b *testing.B) {
+	const files = 100
+	for _, depth := range []int{8, 16, maxDepth} {
+		b.Run(fmt.Sprint("depth-", depth), func(b *testing.B) {
+			var ms []member
+			for i := range files {
+				ms = append(ms, member{name: fmt.Sprintf("c%d/%sindex.html", i, strings.Repeat("d/", depth-2)), body: "x"})
+			}
+			dir := b.TempDir()
+			pkg := filepath.Join(dir, "site.tar")
+			if err := os.WriteFile(pkg, tarBytes(b, ms), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			fi, err := os.Stat(pkg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				dest := filepath.Join(dir, fmt.Sprint("out", i))
+				os.Mkdir(dest, 0o755)
+				f, _ := os.Open(pkg)
+				if _, err := extract(f, fi.Size(), dest, limits{files: files, total: files, perFile: 1}); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+				b.StopTimer()
+				os.RemoveAll(dest)
+				b.StartTimer()
+			}
+			dirs := files * (depth - 1)
+			b.ReportMetric(float64(dirs), "dirs/op")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*dirs), "ns/dir")
+		})
+	}
+}

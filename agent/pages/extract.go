@@ -1,7 +1,6 @@
 package pages
 
 import (
-	"archive/tar"
 	"archive/zip"
 	"bufio"
 	"bytes"
@@ -12,11 +11,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/openflare/openflare-agent/agent/testhook"
+	"openflare/agent/testhook"
+	"openflare/internal/tarread"
 )
 
 // ErrPackage marks a package refused for what it holds; nothing of it is
@@ -31,11 +30,30 @@ type limits struct {
 	perFile int64 // bytes in one file
 }
 
+// dirs is the directories a package may have, explicit or implied.
+func (l limits) dirs() int { return min(l.files*maxDepth, maxDirs) }
+
 // Absolute caps, whatever E7 says.
 const (
 	maxPackage = 2 << 30
 	maxFiles   = 1000
 	maxTotal   = 8 << 30
+)
+
+// Directories cost the node disk blocks and system calls whatever a
+// package declares, so they have caps of their own, far above what real
+// sites need: they nest a dozen levels at most (docs/api/v2/…/index.html)
+// and their directories are there to hold their files, about one per page.
+const (
+	// maxDepth bounds the segments of any member name, the file's own
+	// included.
+	maxDepth = 32
+	// maxDirs bounds the distinct directories of a package, explicit or
+	// implied, whatever it declares: four for each of maxFiles files.
+	// Below it a package has at most maxDepth directories per declared
+	// file: room for every file at full depth, so only a package padded
+	// with empty directory entries reaches that.
+	maxDirs = 4 * maxFiles
 )
 
 // entry is one archive member.
@@ -64,8 +82,9 @@ var (
 	magic7z    = []byte{'7', 'z', 0xbc, 0xaf, 0x27, 0x1c}
 )
 
-// open sniffs the package's format and returns its members.
-func open(f *os.File, size int64) (members, string, error) {
+// open sniffs the package's format and returns its members; lim bounds
+// what a format's reader may hold before the first member.
+func open(f *os.File, size int64, lim limits) (members, string, error) {
 	head := make([]byte, 512)
 	n, err := f.ReadAt(head, 0)
 	if err != nil && err != io.EOF {
@@ -75,7 +94,11 @@ func open(f *os.File, size int64) (members, string, error) {
 	stream := func() *bufio.Reader { return bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 64<<10) }
 	for _, m := range magicZip {
 		if bytes.HasPrefix(head, m) {
-			zr, err := zip.NewReader(f, size)
+			n, err := checkZip(f, size, lim)
+			if err != nil {
+				return nil, "zip", err
+			}
+			zr, err := zip.NewReader(io.NewSectionReader(f, 0, n), n)
 			if err != nil {
 				return nil, "zip", fmt.Errorf("%w: zip: %v", ErrPackage, err)
 			}
@@ -88,15 +111,15 @@ func open(f *os.File, size int64) (members, string, error) {
 		if err != nil {
 			return nil, "tar.gz", fmt.Errorf("%w: gzip: %v", ErrPackage, err)
 		}
-		return tarMembers{tar.NewReader(zr)}, "tar.gz", nil
+		return tarMembers{tarread.NewReader(zr)}, "tar.gz", nil
 	case bytes.HasPrefix(head, magicBzip2):
-		return tarMembers{tar.NewReader(bzip2.NewReader(stream()))}, "tar.bz2", nil
+		return tarMembers{tarread.NewReader(bzip2.NewReader(stream()))}, "tar.bz2", nil
 	case bytes.HasPrefix(head, magicXZ):
 		return openXZ(stream())
 	case bytes.HasPrefix(head, magic7z):
-		return open7z(f, size)
+		return open7z(f, size, lim)
 	case len(head) >= 262 && string(head[257:262]) == "ustar":
-		return tarMembers{tar.NewReader(stream())}, "tar", nil
+		return tarMembers{tarread.NewReader(stream())}, "tar", nil
 	}
 	return nil, "", fmt.Errorf("%w: not a zip, tar, tar.gz, tar.bz2, tar.xz or 7z archive (first bytes % x)", ErrPackage, head[:min(len(head), 8)])
 }
@@ -127,42 +150,39 @@ func (z *zipMembers) next() (entry, io.Reader, error) {
 		return e, nil, nil
 	}
 	if zf.UncompressedSize64 > maxTotal {
-		return e, nil, fmt.Errorf("%w: %q declares %d bytes", ErrPackage, zf.Name, zf.UncompressedSize64)
+		return e, nil, fmt.Errorf("%w: %.120q declares %d bytes", ErrPackage, zf.Name, zf.UncompressedSize64)
 	}
 	e.size = int64(zf.UncompressedSize64)
 	rc, err := zf.Open()
 	if err != nil {
-		return e, nil, fmt.Errorf("%w: zip member %q: %v", ErrPackage, zf.Name, err)
+		return e, nil, fmt.Errorf("%w: zip member %.120q: %v", ErrPackage, zf.Name, err)
 	}
 	z.cur = rc
 	return e, rc, nil
 }
 
 // tarMembers walks a tar stream.
-type tarMembers struct{ r *tar.Reader }
+type tarMembers struct{ r *tarread.Reader }
 
 func (t tarMembers) next() (entry, io.Reader, error) {
+	// The reader skips pax global headers (git archive writes one): they
+	// are metadata about the archive, not members.
 	h, err := t.r.Next()
-	// A pax global header (git archive writes one) is metadata about the
-	// archive, not a member.
-	for err == nil && h.Typeflag == tar.TypeXGlobalHeader {
-		h, err = t.r.Next()
-	}
 	if err == io.EOF {
 		return entry{}, nil, io.EOF
 	}
 	if err != nil {
-		return entry{}, nil, fmt.Errorf("%w: tar: %v", ErrPackage, err)
+		return entry{}, nil, fmt.Errorf("%w: %v", ErrPackage, err) // its errors start "tar: "
 	}
 	e := entry{name: h.Name, size: h.Size}
 	switch h.Typeflag {
-	case tar.TypeReg, tar.TypeRegA:
+	case '0': // '\x00' too, which the reader reads as '0' or, named with a slash, '5'
 		return e, t.r, nil
-	case tar.TypeDir:
+	case '5':
 		e.dir = true
-	case tar.TypeSymlink:
+	case '2':
 		e.special = "symbolic link"
-	case tar.TypeLink:
+	case '1':
 		e.special = "hard link"
 	default:
 		e.special = fmt.Sprintf("tar member of type %q", h.Typeflag)
@@ -189,7 +209,7 @@ func modeKind(m fs.FileMode) string {
 // names the archive's own root and cannot lead out of it.
 func cleanName(name string, dir bool) (string, error) {
 	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("%w: member name %q %s", ErrPackage, name, why)
+		return "", fmt.Errorf("%w: member name %.120q %s", ErrPackage, name, why)
 	}
 	switch {
 	case !utf8.ValidString(name):
@@ -237,11 +257,14 @@ type extracted struct {
 // extract writes the package's files under dest, which must be empty,
 // through an os.Root: whatever a name says, nothing lands outside dest.
 // Limits are checked while the content streams, so a decompression bomb
-// stops at its cap. Files are 0644 and directories 0755 whatever the
-// umask: the nginx workers, another user, read them.
+// stops at its cap, and before anything of a member is created, so a
+// refused member leaves nothing of its own. Files are 0644 and
+// directories 0755 whatever the umask: the nginx workers, another user,
+// read them. Empty directories are counted but not made: nothing serves
+// them.
 func extract(pkg *os.File, size int64, dest string, lim limits) (extracted, error) {
 	var out extracted
-	src, format, err := open(pkg, size)
+	src, format, err := open(pkg, size, lim)
 	out.format = format
 	if err != nil {
 		return out, err
@@ -250,9 +273,9 @@ func extract(pkg *os.File, size int64, dest string, lim limits) (extracted, erro
 	if err != nil {
 		return out, err
 	}
-	defer root.Close()
+	t := newTree(root, lim.dirs())
+	defer t.close()
 	seen := map[string]bool{}
-	made := map[string]bool{".": true}
 	for {
 		e, r, err := src.next()
 		if err == io.EOF {
@@ -266,25 +289,40 @@ func extract(pkg *os.File, size int64, dest string, lim limits) (extracted, erro
 			return out, err
 		}
 		if e.special != "" {
-			return out, fmt.Errorf("%w: %q is a %s", ErrPackage, e.name, e.special)
+			return out, fmt.Errorf("%w: %.120q is a %s", ErrPackage, e.name, e.special)
+		}
+		if name == "" {
+			continue // the archive's root directory
+		}
+		segs := strings.Split(name, "/")
+		if len(segs) > maxDepth {
+			return out, fmt.Errorf("%w: member %.120q has %d path segments, past the depth limit of %d", ErrPackage, name, len(segs), maxDepth)
 		}
 		if e.dir {
+			if _, err := t.add(name, segs); err != nil {
+				return out, err
+			}
 			continue
 		}
 		if seen[name] {
-			return out, fmt.Errorf("%w: %q appears twice", ErrPackage, name)
+			return out, fmt.Errorf("%w: %.120q appears twice", ErrPackage, name)
 		}
 		seen[name] = true
 		if len(out.names) == lim.files {
 			return out, fmt.Errorf("%w: more than the %d files declared", ErrPackage, lim.files)
 		}
 		if e.size < 0 || e.size > lim.perFile || out.bytes+e.size > lim.total {
-			return out, fmt.Errorf("%w: %q declares %d bytes, past the %d bytes declared for the package", ErrPackage, name, e.size, lim.total)
+			return out, fmt.Errorf("%w: %.120q declares %d bytes, past the %d bytes declared for the package", ErrPackage, name, e.size, lim.total)
 		}
-		if err := mkdirs(root, path.Dir(name), made); err != nil {
+		chain, err := t.add(name, segs[:len(segs)-1])
+		if err != nil {
 			return out, err
 		}
-		n, err := writeFile(root, name, r, e.size)
+		dir, err := t.enter(chain)
+		if err != nil {
+			return out, err
+		}
+		n, err := writeFile(dir, segs[len(segs)-1], name, r, e.size)
 		if err != nil {
 			return out, err
 		}
@@ -298,30 +336,126 @@ func extract(pkg *os.File, size int64, dest string, lim limits) (extracted, erro
 	return out, nil
 }
 
-// mkdirs creates dir and its parents inside root at 0755.
-func mkdirs(root *os.Root, dir string, made map[string]bool) error {
-	if made[dir] {
-		return nil
-	}
-	if err := mkdirs(root, path.Dir(dir), made); err != nil {
-		return err
-	}
-	if err := root.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: directory %q: %v", ErrPackage, dir, err)
-	}
-	if err := root.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("%w: directory %q: %v", ErrPackage, dir, err)
-	}
-	made[dir] = true
-	return nil
+// tree is the package's directories, each counted and created once
+// however many members name it, explicitly or as a parent. Creating them
+// by path from the root would resolve every parent again for each one,
+// quadratic in the depth; instead the directories of the last file stay
+// open, so a file costs the segments it does not share with the file
+// before (archives list a directory's files together), at most its own.
+type tree struct {
+	top   dirNode
+	count int // directories known
+	limit int
+	// open[i] is the directory at depth i (open[0] is the root), and
+	// at[i] its node, for the directories of the last file.
+	open []*os.Root
+	at   []*dirNode
 }
 
-// writeFile copies exactly size bytes of r into a new file name: one byte
-// more, or fewer, and the declared size was a lie.
-func writeFile(root *os.Root, name string, r io.Reader, size int64) (int64, error) {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+type dirNode struct {
+	name   string
+	parent *dirNode
+	kids   map[string]*dirNode
+	made   bool // on disk
+}
+
+// path is d's name from the root, for errors: built only then, so that
+// keeping the tree stays linear in the length of the names.
+func (d *dirNode) path() string {
+	p := d.name
+	for n := d.parent; n.parent != nil; n = n.parent {
+		p = n.name + "/" + p
+	}
+	return p
+}
+
+func newTree(root *os.Root, limit int) *tree {
+	t := &tree{limit: limit, open: []*os.Root{root}}
+	t.at = []*dirNode{&t.top}
+	return t
+}
+
+// add counts the directories segs names (name is the member's, for
+// errors) and returns their nodes, top first. Nothing is added when they
+// would pass the limit.
+func (t *tree) add(name string, segs []string) ([]*dirNode, error) {
+	chain := make([]*dirNode, 0, len(segs))
+	n := &t.top
+	for _, seg := range segs {
+		kid := n.kids[seg]
+		if kid == nil {
+			break
+		}
+		chain = append(chain, kid)
+		n = kid
+	}
+	if t.count+len(segs)-len(chain) > t.limit {
+		return nil, fmt.Errorf("%w: member %.120q takes the package past the limit of %d directories", ErrPackage, name, t.limit)
+	}
+	for _, seg := range segs[len(chain):] {
+		if n.kids == nil {
+			n.kids = map[string]*dirNode{}
+		}
+		kid := &dirNode{name: seg, parent: n}
+		n.kids[seg] = kid
+		chain = append(chain, kid)
+		n = kid
+		t.count++
+	}
+	return chain, nil
+}
+
+// enter opens the directories of chain, creating those not yet on disk,
+// and returns the innermost.
+func (t *tree) enter(chain []*dirNode) (*os.Root, error) {
+	shared := 0
+	for shared < len(chain) && shared+1 < len(t.at) && t.at[shared+1] == chain[shared] {
+		shared++
+	}
+	t.leave(shared + 1)
+	for _, d := range chain[shared:] {
+		parent := t.open[len(t.open)-1]
+		if !d.made {
+			// What is there already is the same directory under another
+			// case (a case-insensitive filesystem), or a file of the
+			// package in the way, which OpenRoot refuses below.
+			if err := parent.Mkdir(d.name, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("%w: directory %.120q: %v", ErrPackage, d.path(), pathless(err))
+			}
+			if err := parent.Chmod(d.name, dirMode); err != nil {
+				return nil, fmt.Errorf("%w: directory %.120q: %v", ErrPackage, d.path(), err)
+			}
+			d.made = true
+		}
+		sub, err := parent.OpenRoot(d.name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: directory %.120q: %v", ErrPackage, d.path(), err)
+		}
+		t.open = append(t.open, sub)
+		t.at = append(t.at, d)
+	}
+	return t.open[len(t.open)-1], nil
+}
+
+// leave closes the open directories from depth keep on.
+func (t *tree) leave(keep int) {
+	for _, r := range t.open[keep:] {
+		r.Close()
+	}
+	t.open, t.at = t.open[:keep], t.at[:keep]
+}
+
+func (t *tree) close() {
+	t.leave(0)
+}
+
+// writeFile copies exactly size bytes of r into a new file base of dir
+// (name is its path in the package, for errors): one byte more, or fewer,
+// and the declared size was a lie.
+func writeFile(dir *os.Root, base, name string, r io.Reader, size int64) (int64, error) {
+	f, err := dir.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %v", ErrPackage, name, err)
+		return 0, fmt.Errorf("%w: %.120q: %v", ErrPackage, name, pathless(err))
 	}
 	n, err := io.Copy(f, io.LimitReader(r, size+1))
 	if cerr := f.Close(); err == nil {
@@ -329,14 +463,24 @@ func writeFile(root *os.Root, name string, r io.Reader, size int64) (int64, erro
 	}
 	switch {
 	case err != nil:
-		return n, fmt.Errorf("%w: %q after %d bytes: %v", ErrPackage, name, n, err)
+		return n, fmt.Errorf("%w: %.120q after %d bytes: %v", ErrPackage, name, n, err)
 	case n != size:
-		return n, fmt.Errorf("%w: %q declares %d bytes but holds %s", ErrPackage, name, size, holds(n, size))
+		return n, fmt.Errorf("%w: %.120q declares %d bytes but holds %s", ErrPackage, name, size, holds(n, size))
 	}
-	if err := root.Chmod(name, 0o644); err != nil {
-		return n, err
+	if err := dir.Chmod(base, 0o644); err != nil {
+		return n, fmt.Errorf("make %.120q readable by the workers: %w", name, err)
 	}
 	return n, nil
+}
+
+// pathless drops the path an *fs.PathError repeats, for the calls that
+// meet a segment of a name first: it may be as long as its archive format
+// allows, and the error names the member itself, shortened.
+func pathless(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }
 
 func holds(n, size int64) string {

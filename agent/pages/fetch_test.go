@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/controlplane"
-	testcp "github.com/openflare/openflare-agent/testing/controlplane"
+	"openflare/agent/controlplane"
+	testcp "openflare/testing/controlplane"
 )
 
 // Against the test control plane over HTTP: a wrong hash, a body longer or

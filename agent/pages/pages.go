@@ -23,10 +23,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/backoff"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/agent/backoff"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/internal/atomicfile"
 )
 
 // ControlPlane is E7 and E8 (agent/controlplane's Client).
@@ -57,8 +57,9 @@ type failure struct {
 	err   error
 }
 
-// markerName is the file a complete release carries (PROTOCOL 9.2 step 6).
-const markerName = ".openflare-pages.json"
+// MarkerName is the file a complete release carries (PROTOCOL 9.2 step 6);
+// no site serves it (landing hides it).
+const MarkerName = ".openflare-pages.json"
 
 type marker struct {
 	ProjectID    uint64 `json:"project_id"`
@@ -235,7 +236,7 @@ func (s *Syncer) fetch(ctx context.Context, meta protocol.PagesMeta, releases st
 		return meta, err
 	}
 	b, _ := json.Marshal(marker{ProjectID: meta.ProjectID, DeploymentID: meta.DeploymentID, Checksum: meta.Hash})
-	if err := atomicfile.WriteFile(filepath.Join(content, markerName), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(content, MarkerName), b, 0o644); err != nil {
 		return meta, err
 	}
 	rel := filepath.Join(releases, meta.Hash)
@@ -298,7 +299,7 @@ func verifyTree(dir string, meta protocol.PagesMeta) error {
 // ready reports whether rel is a complete release of meta: its marker
 // matches and it holds something besides.
 func ready(rel string, meta protocol.PagesMeta) bool {
-	b, err := os.ReadFile(filepath.Join(rel, markerName))
+	b, err := os.ReadFile(filepath.Join(rel, MarkerName))
 	if err != nil {
 		return false
 	}
@@ -351,8 +352,8 @@ func sameFile(a, b string) error {
 	}
 	if !os.SameFile(fa, fb) {
 		// A copy is not the same file: compare markers instead.
-		ma, _ := os.ReadFile(filepath.Join(a, markerName))
-		mb, _ := os.ReadFile(filepath.Join(b, markerName))
+		ma, _ := os.ReadFile(filepath.Join(a, MarkerName))
+		mb, _ := os.ReadFile(filepath.Join(b, MarkerName))
 		if len(ma) == 0 || string(ma) != string(mb) {
 			return fmt.Errorf("%s does not show %s after the switch", a, b)
 		}

@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // member is one archive entry a test writes.
@@ -32,7 +33,7 @@ type member struct {
 	size int64 // declared size when it lies (tar); 0: len(body)
 }
 
-func tarBytes(t *testing.T, ms []member) []byte {
+func tarBytes(t testing.TB, ms []member) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
@@ -63,7 +64,7 @@ func gzipBytes(b []byte) []byte {
 	return out.Bytes()
 }
 
-func zipBytes(t *testing.T, ms []member) []byte {
+func zipBytes(t testing.TB, ms []member) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	zw := zip.NewWriter(&b)
@@ -222,11 +223,65 @@ func TestHostilePackagesRefused(t *testing.T) {
 			b := gzipBytes(tarBytes(t, ms))
 			return b[:len(b)/2], ms
 		}, "package refused", nil},
+		{"corrupt tar header", func(t *testing.T) ([]byte, []member) {
+			ms := []member{{name: "index.html", body: "x"}, {name: "b.html", body: "y"}}
+			b := tarBytes(t, ms)
+			b[1024] ^= 1 // the second header's name
+			return b, ms
+		}, "package refused: tar: header checksum mismatch at offset 1024", nil},
+		{"tar sparse file (pax)", func(t *testing.T) ([]byte, []member) {
+			// archive/tar writes no GNU.sparse records: a comment of the
+			// same length becomes one.
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			tw.WriteHeader(&tar.Header{Name: "index.html", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg, PAXRecords: map[string]string{"comment": "XXXXXXXXindex.html"}})
+			tw.Write([]byte("x"))
+			tw.Close()
+			return bytes.Replace(b.Bytes(), []byte("comment=XXXXXXXX"), []byte("GNU.sparse.name="), 1), []member{{name: "index.html", body: "x"}}
+		}, `"index.html" is a tar member of type 'S'`, nil},
 		{"empty archive", zipCase(nil), "no file", func(m *protocol.PagesMeta) { m.FileCount = 1 }},
 		{"empty tar", tarCase(nil), "not a zip", func(m *protocol.PagesMeta) { m.FileCount = 1 }},
 		{"not an archive", func(*testing.T) ([]byte, []member) { return []byte("<html>hello</html>"), nil }, "not a zip", func(m *protocol.PagesMeta) { m.FileCount = 1 }},
 		{"control character", tarCase([]member{{name: "a\x01b", body: "x"}}), "control", nil},
 		{"quote", tarCase([]member{{name: `a";b`, body: "x"}}), `holds \`, nil},
+		{"directory bomb", zipCase(dirBomb()), "depth limit of 32", nil},
+		{"33 segments", tarCase([]member{{name: strings.Repeat("d/", 32) + "index.html", body: "x"}}), "depth limit of 32", nil},
+		{"empty directory 33 segments deep", tarCase([]member{{name: "index.html", body: "x"}, {name: strings.Repeat("d/", 33), dir: true}}), "depth limit of 32", nil},
+		{"wide directories", tarGzCase(wideDirs(1000)), "limit of 32 directories", nil},
+		{"file in the way of a directory", tarCase([]member{{name: "a", body: "x"}, {name: "a/index.html", body: "y"}}), `directory "a"`, nil},
+		{"zip declaring 2,000,000 entries", func(*testing.T) ([]byte, []member) {
+			b, off := rawZip(3, 1, 0, 0)
+			return zipEnd(b, 2_000_000, uint64(len(b)-off), uint64(off), true, ""), nil
+		}, "lists 2000000 entries", func(m *protocol.PagesMeta) { m.FileCount = 1 }},
+		{"zip end record counting entries it lacks", reZipCase(site2Zip, func(e, _, _ *uint64) { *e++ }), "declares 3 entries, the central directory holds 2", nil},
+		{"zip end record counting fewer entries", reZipCase(site2Zip, func(e, _, _ *uint64) { *e-- }), "more than the 1 entries its end record declares", nil},
+		{"zip directory past the package", reZipCase(site2Zip, func(_, _, o *uint64) { *o = 1 << 31 }), "at offset 2147483648 runs past its end record", nil},
+		{"zip directory short of its end record", reZipCase(site2Zip, func(_, s, _ *uint64) { *s -= 10 }), "ends 10 bytes before its end record", nil},
+		{"zip comment cut short", func(t *testing.T) ([]byte, []member) {
+			b := reZip(zipBytes(t, site2Zip), false, "built by the release job", nil)
+			return b[:len(b)-5], site2Zip
+		}, "declares a comment of 24 bytes, past the end", nil},
+		{"zip without its end record", func(t *testing.T) ([]byte, []member) {
+			b := zipBytes(t, site2Zip)
+			return b[:len(b)-22], site2Zip
+		}, "no end of central directory record", nil},
+		{"zip directory header without its signature", func(t *testing.T) ([]byte, []member) {
+			b := zipBytes(t, site2Zip)
+			last := bytes.LastIndex(b, []byte("PK\x01\x02"))
+			b[last+3] = 3
+			return b, site2Zip
+		}, "entry 2 of the central directory has no header signature", nil},
+		{"zip directory header running past the directory", func(t *testing.T) ([]byte, []member) {
+			b := zipBytes(t, site2Zip)
+			last := bytes.LastIndex(b, []byte("PK\x01\x02"))
+			b[last+32]++ // its comment's length
+			return b, site2Zip
+		}, "entry 2 of the central directory is cut short", nil},
+		{"zip64 locator pointing elsewhere", func(t *testing.T) ([]byte, []member) {
+			b := reZip(zipBytes(t, site2Zip), true, "", nil)
+			binary.LittleEndian.PutUint64(b[len(b)-zipEndLen-zip64LocLen+8:], 0)
+			return b, site2Zip
+		}, "no zip64 end of central directory record at offset 0", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

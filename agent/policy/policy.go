@@ -4,7 +4,8 @@
 // config that runs code (Lua, Perl, JavaScript), loads modules, sets the
 // environment, asks for root workers, connects to local sockets or names a
 // file outside the agent's tree is refused before anything reaches nginx,
-// `nginx -t` included (which runs as root and executes init Lua).
+// `nginx -t` included (which runs as root and executes init Lua); so is one
+// that proxies to a link-local or cloud metadata address (CheckOrigins).
 //
 // The check reads the rendered text with its placeholders intact: every
 // path the agent manages is written as __OPENFLARE_*__ there, so "inside
@@ -32,6 +33,14 @@ type Policy struct {
 	// Allowed are absolute directories the owner lets configs name
 	// besides the agent's own tree (agent.json "allowed_paths").
 	Allowed []string
+	// AllowLinkLocalOrigins lets configs proxy to link-local and cloud
+	// metadata addresses (agent.json "allow_link_local_origins"), which
+	// CheckOrigins otherwise refuses.
+	AllowLinkLocalOrigins bool
+	// Blind makes the policy's reader miss every directive of this name:
+	// a test hook (agent/testhook), so end-to-end tests can prove that
+	// the nginx parse (ParseCopy) refuses what the reader did not see.
+	Blind string
 }
 
 // Check reviews a rendered main config and route config.
@@ -76,11 +85,20 @@ func (p Policy) CheckAdapted(mainText string, modules []string) error {
 }
 
 func (p Policy) checkMain(mainText string, adapted bool, modules []string) error {
-	dirs, err := parse(mainText)
+	if i := strings.IndexFunc(mainText, control); i >= 0 {
+		return fmt.Errorf("%w: main config line %d: control character %q", ErrRefused, 1+strings.Count(mainText[:i], "\n"), mainText[i])
+	}
+	dirs, err := parseText(mainText, true, p.Blind)
 	if err != nil {
 		return fmt.Errorf("%w: main config: %v", ErrRefused, err)
 	}
 	for _, d := range dirs {
+		if d.name == "error_log" && d.depth > 0 && len(d.args) > 0 && (d.args[0] == "__OPENFLARE_ERROR_LOG__" || d.args[0] == "stderr") {
+			// Requests log to a file of their own (landing adds it at the
+			// http level): what a client can write never lands in the log
+			// the agent reads nginx's verdicts from.
+			return fmt.Errorf("%w: main config line %d: error_log %s inside a block: only the main context may name the master's log", ErrRefused, d.line, d.args[0])
+		}
 		switch {
 		case adapted && d.name == "load_module" && len(d.args) == 1 && slices.Contains(modules, d.args[0]):
 			continue
@@ -92,6 +110,13 @@ func (p Policy) checkMain(mainText string, adapted bool, modules []string) error
 		}
 	}
 	return nil
+}
+
+// control reports a byte nginx would take into a word but no editor shows
+// (NUL, escape sequences): tab, CR and LF are the only control characters
+// a config needs.
+func control(r rune) bool {
+	return r < 0x20 && r != '\t' && r != '\r' && r != '\n' || r == 0x7f
 }
 
 // Directives that run code or change the process, refused outright.
@@ -253,6 +278,8 @@ var cachePaths = map[string]bool{"proxy_cache_path": true, "fastcgi_cache_path":
 // cache directory: a cache is the node's own business, so the version
 // still applies, but nginx never chowns or prunes a directory it was not
 // given. Trusted policies and the owner's allowed_paths keep the path.
+// It is the rewriting's second step (apply's transaction names them all):
+// the policy judges its result.
 func (p Policy) Confine(mainText string) string {
 	if p.Trusted {
 		return mainText

@@ -1,18 +1,22 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
-// Every config the real server rendered (and nginx accepts) passes
-// unchanged: no false refusals.
-func TestFixturesPass(t *testing.T) {
+// renderedFixtures calls f with each version the real server rendered
+// (../shared/fixtures/render; render-error fixtures skipped): its
+// directory name, main and route config, and its E4 reply.
+func renderedFixtures(t *testing.T, f func(name, main, route string, ac protocol.ActiveConfig)) {
+	t.Helper()
 	root := testsupport.SharedDir(t, "fixtures/render")
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -20,20 +24,32 @@ func TestFixturesPass(t *testing.T) {
 	}
 	n := 0
 	for _, e := range entries {
-		main, err1 := os.ReadFile(filepath.Join(root, e.Name(), "main.conf"))
-		route, err2 := os.ReadFile(filepath.Join(root, e.Name(), "routes.conf"))
+		dir := filepath.Join(root, e.Name())
+		main, err1 := os.ReadFile(filepath.Join(dir, "main.conf"))
+		route, err2 := os.ReadFile(filepath.Join(dir, "routes.conf"))
 		if err1 != nil || err2 != nil {
 			continue // a render-error fixture
 		}
-		n++
-		if err := (Policy{}).Check(Policy{}.Confine(string(main)), string(route)); err != nil {
-			t.Errorf("%s: %v", e.Name(), err)
+		var ac protocol.ActiveConfig
+		if err := json.Unmarshal([]byte(testsupport.ReadFile(t, filepath.Join(dir, "e4.json"))), &ac); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
 		}
+		n++
+		f(e.Name(), string(main), string(route), ac)
 	}
 	if n == 0 {
 		t.Fatal("no rendered fixture found")
 	}
-	t.Logf("%d rendered fixtures pass", n)
+}
+
+// Every config the real server rendered (and nginx accepts) passes
+// unchanged: no false refusals.
+func TestFixturesPass(t *testing.T) {
+	renderedFixtures(t, func(name, main, route string, _ protocol.ActiveConfig) {
+		if err := (Policy{}).Check(Policy{}.Confine(main), route); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
 }
 
 const base = "user openflare;\nworker_processes auto;\npid __OPENFLARE_PID_PATH__;\nevents { worker_connections 1024; }\nhttp {\n    include mime.types;\n    map $http_upgrade $connection_upgrade { default upgrade; '' \"\"; }\n%s\n    include __OPENFLARE_ROUTE_CONFIG__;\n}\n"
@@ -65,9 +81,19 @@ func TestRefusals(t *testing.T) {
 		{strings.Replace(withHTTP(""), "pid __OPENFLARE_PID_PATH__;", "pid /run/x.pid;", 1), "", "pid: /run/x.pid is outside"},
 		{withHTTP(""), "server {\n    root \"/etc\";\n}\n", "route config line 2: root: /etc is outside"},
 		{withHTTP(""), "server {\n    root \"__OPENFLARE_PAGES_DIR__/../../etc\";\n}\n", "climbs out"},
-		{withHTTP(`    server {`), "", "not closed"},
+		{withHTTP(`    server {`), "", "unexpected end of file"},
 		// Bypass attempts: the policy must read the text as nginx does.
-		{withHTTP("    add_header X a\\ 'b;\n    init_by_lua_block { os.execute('id') }\n    add_header Y a\\ ';"), "", "init_by_lua_block"},
+		{withHTTP("    add_header X a\\ 'b;\n    init_by_lua_block { os.execute('id') }\n    add_header Y a\\ ';"), "", "backslash outside quotes escapes ' '"},
+		// Issue 20 B1: an escaped '$' does not make the '{' part of the
+		// word: nginx opens the location's block and runs the Lua.
+		{withHTTP("    server { listen 81; location /x\\${ content_by_lua_block { os.execute('id') } } }"), "", "backslash outside quotes escapes '$'"},
+		{withHTTP("    server { listen 81; location '/x\\$'{ content_by_lua_block { os.execute('id') } } }"), "", "content_by_lua_block: runs Lua code"},
+		{withHTTP("    add_header X \"a\\\"b\";\n    init_by_lua_block { os.execute('id') }"), "", "init_by_lua_block: runs Lua code"},
+		{withHTTP("    add_header X a#b;\n    init_by_lua_block { os.execute('id') }"), "", "init_by_lua_block: runs Lua code"},
+		{withHTTP("    add_header X 'a'#b;"), "", "after a quoted word"},
+		{withHTTP("    add_header X a\x00b;"), "", "control character"},
+		{withHTTP("    server { listen 81; error_log __OPENFLARE_ERROR_LOG__; }"), "", "only the main context may name the master's log"},
+		{withHTTP("    error_log stderr;"), "", "only the main context"},
 		{withHTTP(`    init_worker_by_lua_file __OPENFLARE_LUA_DIR__/observability/init.lua")os.execute("id")dofile("/dev/null;`), "", "not one of the agent's"},
 		{withHTTP(`    include __OPENFLARE_CERT_DIR__/evil.conf;`), "", "not where include may point"},
 		{withHTTP(`    include conf.d/*.conf;`), "", "patterns"},

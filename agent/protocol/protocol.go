@@ -6,6 +6,8 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"unicode/utf8"
 )
 
 // APIPrefix is the fixed path every agent call lives under (PROTOCOL 0).
@@ -129,6 +131,46 @@ type HealthEvent struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 }
 
+// Health event types (PROTOCOL 2.4). The server keeps one active event per
+// type: a type missing from a beat's list is resolved.
+const (
+	EventOpenRestyUnhealthy   = "openresty_unhealthy"
+	EventSyncError            = "sync_error"
+	EventIPGroupSyncError     = "ip_group_sync_error"
+	EventGeoIPUnavailable     = "geoip_unavailable"
+	EventPagesSyncError       = "pages_sync_error"
+	EventAgentUpdateFailed    = "agent_update_failed"
+	EventAgentUpdateRepo      = "agent_update_repo_ignored"
+	EventAccessLogLost        = "access_log_lost"
+	EventObservabilityTrimmed = "observability_buffer_trimmed"
+)
+
+// Severities the server knows; it reads any other as warning.
+const (
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+	SeverityInfo     = "info"
+)
+
+// MaxText bounds the free text a beat carries (last_error,
+// openresty_message, an event's message): the server keeps an event's
+// message to 4096 characters and last_error to 16 000, and cuts without
+// saying so.
+const MaxText = 4000
+
+// Bound cuts s to at most max bytes, on a rune boundary, and says how much
+// went: text that is stored, logged or echoed in a beat.
+func Bound(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes cut)", len(s)-cut)
+}
+
 // RegisterReply is E1's data. Current servers send access_token; older ones agent_token.
 type RegisterReply struct {
 	NodeID      string `json:"node_id"`
@@ -209,6 +251,10 @@ type HeartbeatReply struct {
 type SupportFile struct {
 	Path    string `json:"path"`
 	Content string `json:"content"`
+	// Staged, when set, holds the content instead of Content: the agent
+	// streams E4's support files to disk (landing.Stage), since hundreds
+	// of certificates outgrow its memory.
+	Staged *io.SectionReader `json:"-"`
 }
 
 // ActiveConfig is E4's data: the full snapshot the agent renders.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // benchInput builds a synthetic version with n proxy routes: every third is

@@ -127,5 +127,5 @@ func originErrorHTML(c *restyConfig) string {
 	if strings.TrimSpace(c.OriginErrorPageHTML) != "" {
 		return c.OriginErrorPageHTML
 	}
-	return builtinOriginErrorHTML
+	return string(builtinOriginErrorHTML)
 }

@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
 // FuzzRender feeds arbitrary source JSON and support files (as a JSON array)
@@ -14,12 +15,10 @@ import (
 // the same checksum twice.
 func FuzzRender(f *testing.F) {
 	seeded := false
-	// The fixtures are read in place; testsupport.SharedDir would skip the whole
-	// fuzz target when they are absent, so look for them directly and fall
-	// back to vector B. The package directory is agent/render, two levels
-	// below the repository root, and ../shared sits next to the root.
-	root := filepath.Join("..", "..", "..", "shared", "fixtures", "render")
-	if entries, err := os.ReadDir(root); err == nil {
+	// The fixtures are read in place; without them (and outside CI) the
+	// target falls back to vector B rather than being skipped.
+	root := testsupport.SharedDirIfPresent(f, "fixtures/render")
+	if entries, err := os.ReadDir(root); root != "" && err == nil {
 		for _, e := range entries {
 			data, err := os.ReadFile(filepath.Join(root, e.Name(), "e4.json"))
 			if err != nil {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
 // fixtureCase is one captured publish (fixtures/render/NN-name).

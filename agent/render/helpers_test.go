@@ -176,7 +176,7 @@ func TestOriginErrorPageInvalidTag(t *testing.T) {
 	if containsAny(out.Route, "error_page", "proxy_intercept_errors", "header_filter_by_lua_block") {
 		t.Errorf("error page rendered despite an invalid tag:\n%s", out.Route)
 	}
-	if fileContent(out.Files, originErrorPagePath) != builtinOriginErrorHTML {
+	if fileContent(out.Files, originErrorPagePath) != string(builtinOriginErrorHTML) {
 		t.Errorf("template file not shipped with the built-in page")
 	}
 }

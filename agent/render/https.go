@@ -5,7 +5,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
+
+	"openflare/agent/protocol"
 )
 
 // certGroup is the domains served with one certificate.
@@ -23,7 +26,7 @@ type partition struct {
 // certStore parses each shipped <id>.crt at most once per render, however
 // many routes or groups use it.
 type certStore struct {
-	files  map[string]string
+	files  map[string]protocol.SupportFile
 	parsed map[uint64]certEntry
 }
 
@@ -32,7 +35,7 @@ type certEntry struct {
 	err  error
 }
 
-func newCertStore(files map[string]string) *certStore {
+func newCertStore(files map[string]protocol.SupportFile) *certStore {
 	return &certStore{files: files, parsed: make(map[uint64]certEntry)}
 }
 
@@ -44,12 +47,15 @@ func (s *certStore) lookup(id uint64) (*x509.Certificate, bool, error) {
 	if e, done := s.parsed[id]; done {
 		return e.cert, true, e.err
 	}
-	pemText, ok := s.files[strconv.FormatUint(uint64(id), 10)+".crt"]
+	f, ok := s.files[strconv.FormatUint(uint64(id), 10)+".crt"]
 	if !ok {
 		return nil, false, nil
 	}
 	e := certEntry{}
-	e.cert, e.err = parseLeaf([]byte(pemText))
+	pemText, err := io.ReadAll(content(&f))
+	if e.err = err; err == nil {
+		e.cert, e.err = parseLeaf(pemText)
+	}
 	s.parsed[id] = e
 	return e.cert, true, e.err
 }

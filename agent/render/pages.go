@@ -56,9 +56,8 @@ func (rd *renderer) pagesLocations(r *route) string {
 // target. A rewrite maps the path prefix onto the rewrite prefix; `/` as the
 // rewrite strips the prefix.
 func writeAPIProxy(b *strings.Builder, d *pagesDeployment) {
-	loc := apiProxyPath(d.APIProxyPath)
-	pass := strings.TrimSpace(d.APIProxyPass)
-	if !d.APIProxyEnabled || loc == "" || pass == "" {
+	loc, pass := apiProxy(d)
+	if loc == "" {
 		return
 	}
 	writeLines(b, "    location ", loc, " {\n")
@@ -84,6 +83,17 @@ func writeAPIProxy(b *strings.Builder, d *pagesDeployment) {
 		"        proxy_set_header Upgrade $http_upgrade;\n",
 		"        proxy_set_header Connection $connection_upgrade;\n",
 		"    }\n\n")
+}
+
+// apiProxy is the API proxy location and its proxy_pass target, or two
+// empty strings when the deployment has none: it is off, or its path or
+// target is blank.
+func apiProxy(d *pagesDeployment) (loc, pass string) {
+	loc, pass = apiProxyPath(d.APIProxyPath), strings.TrimSpace(d.APIProxyPass)
+	if !d.APIProxyEnabled || loc == "" || pass == "" {
+		return "", ""
+	}
+	return loc, pass
 }
 
 // apiProxyPath normalises the API prefix: leading `/` added, trailing `/`

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // vectorBSource is test vector B of PROTOCOL 4.3.

@@ -62,6 +62,7 @@ type renderer struct {
 	errPage originErrorPage
 	sw      serviceWorker
 	b       strings.Builder
+	origins []Origin
 }
 
 // serverKind tells the emitted server blocks apart.
@@ -92,10 +93,12 @@ func (rd *renderer) renderRoute(r *route) error {
 			return fmt.Errorf("route %s is a Pages route without pages_deployment", r.displayName())
 		}
 		locations = rd.pagesLocations(r)
+		rd.origins = append(rd.origins, pagesOrigins(r)...)
 	} else {
 		plan := planUpstream(r)
 		plan.writeBlock(&rd.b)
 		locations = rd.proxyLocations(r, &plan)
+		rd.origins = append(rd.origins, plan.origins(r)...)
 	}
 	pow := rd.pow.on(r.ID)
 	site := r.wafSite()

@@ -133,7 +133,7 @@ func decodeSnapshot(sourceConfigJSON string) (*snapshot, error) {
 	if data[0] != '{' {
 		return nil, errors.New("source config is not a JSON object")
 	}
-	s := snapshot{Config: absentConfigDefaults}
+	s := snapshot{Config: configDefaults()}
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("decode source config: %w", err)
 	}

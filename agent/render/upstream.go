@@ -11,6 +11,7 @@ import (
 type upstreamPlan struct {
 	name      string
 	hosts     []string // one `server` line each, host[:port] as written
+	urls      []string // the URL each of hosts came from
 	proxyPass string
 }
 
@@ -42,7 +43,7 @@ func planUpstream(r *route) upstreamPlan {
 		if u.RawQuery != "" {
 			pass += "?" + u.RawQuery
 		}
-		return upstreamPlan{name: name, hosts: []string{u.Host}, proxyPass: pass}
+		return upstreamPlan{name: name, hosts: []string{u.Host}, urls: list, proxyPass: pass}
 	}
 	var scheme string
 	hosts := make([]string, 0, len(list))
@@ -61,7 +62,7 @@ func planUpstream(r *route) upstreamPlan {
 		}
 		hosts = append(hosts, u.Host)
 	}
-	return upstreamPlan{name: name, hosts: hosts, proxyPass: scheme + "://" + name}
+	return upstreamPlan{name: name, hosts: hosts, urls: list, proxyPass: scheme + "://" + name}
 }
 
 // upstreamName is backend_<sanitised site>_<route id>.

@@ -297,8 +297,8 @@ func validatePages(d *pagesDeployment, f routeFailure) error {
 			return f.field("pages_deployment.spa_fallback_path", "%q becomes %q, which %s", d.SPAFallbackPath, fb, p)
 		}
 	}
-	loc, pass := apiProxyPath(d.APIProxyPath), strings.TrimSpace(d.APIProxyPass)
-	if !d.APIProxyEnabled || loc == "" || pass == "" {
+	loc, pass := apiProxy(d)
+	if loc == "" {
 		return nil
 	}
 	if p := literalProblem(loc); p != "" {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // configSource is a one-route source whose openresty_config is the server's

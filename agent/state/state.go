@@ -5,7 +5,8 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/atomicfile"
 )
 
 // State is agent-state.json: what the agent knows about itself between runs
@@ -24,9 +25,14 @@ type State struct {
 	// LastHeartbeatUnix is the time of the last beat the server accepted.
 	LastHeartbeatUnix int64
 	Channel           string
-	// ProbeError is why the last self-probe of the data plane failed;
-	// empty once a probe passes. While set the node reports unhealthy.
-	ProbeError string
+	// SelfTestError is why the last self-test of the data plane failed
+	// (agent/selftest); empty once one passes. While set the node reports
+	// unhealthy.
+	SelfTestError string
+	// RestartError is why the last restart the server asked for
+	// (restart_openresty_now) failed; empty once one succeeds. While set
+	// the node reports unhealthy: unlike LastError, no apply clears it.
+	RestartError string
 	// Workers is who the nginx workers run as, and why.
 	Workers string
 	// PagesError is why Pages projects failed to deploy, each named; empty
@@ -51,7 +57,8 @@ type file struct {
 	OpenRestyMessage  string `json:"openresty_message"`
 	LastHeartbeatUnix int64  `json:"last_heartbeat_unix,omitempty"`
 	Channel           string `json:"channel,omitempty"`
-	ProbeError        string `json:"probe_error,omitempty"`
+	SelfTestError     string `json:"probe_error,omitempty"` // the key older releases write and read
+	RestartError      string `json:"restart_error,omitempty"`
 	Workers           string `json:"nginx_workers,omitempty"`
 	PagesError        string `json:"pages_error,omitempty"`
 	PagesProjects     string `json:"pages_projects,omitempty"`
@@ -63,8 +70,8 @@ func (s State) MarshalJSON() ([]byte, error) {
 		NodeID: s.NodeID, CurrentVersion: s.Current.Version, CurrentChecksum: s.Current.Checksum,
 		BlockedVersion: s.Blocked.Version, BlockedChecksum: s.Blocked.Checksum, BlockedReason: s.BlockedReason,
 		LastError: s.LastError, OpenRestyStatus: s.OpenRestyStatus, OpenRestyMessage: s.OpenRestyMessage,
-		LastHeartbeatUnix: s.LastHeartbeatUnix, Channel: s.Channel, ProbeError: s.ProbeError, Workers: s.Workers,
-		PagesError: s.PagesError, PagesProjects: s.PagesProjects,
+		LastHeartbeatUnix: s.LastHeartbeatUnix, Channel: s.Channel, SelfTestError: s.SelfTestError, RestartError: s.RestartError,
+		Workers: s.Workers, PagesError: s.PagesError, PagesProjects: s.PagesProjects,
 	})
 }
 
@@ -78,8 +85,8 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		NodeID: f.NodeID, Current: protocol.ConfigRef{Version: f.CurrentVersion, Checksum: f.CurrentChecksum},
 		Blocked: protocol.ConfigRef{Version: f.BlockedVersion, Checksum: f.BlockedChecksum}, BlockedReason: f.BlockedReason,
 		LastError: f.LastError, OpenRestyStatus: f.OpenRestyStatus, OpenRestyMessage: f.OpenRestyMessage,
-		LastHeartbeatUnix: f.LastHeartbeatUnix, Channel: f.Channel, ProbeError: f.ProbeError, Workers: f.Workers,
-		PagesError: f.PagesError, PagesProjects: f.PagesProjects,
+		LastHeartbeatUnix: f.LastHeartbeatUnix, Channel: f.Channel, SelfTestError: f.SelfTestError, RestartError: f.RestartError,
+		Workers: f.Workers, PagesError: f.PagesError, PagesProjects: f.PagesProjects,
 	}
 	return nil
 }
@@ -92,10 +99,10 @@ type Store struct {
 	s    State
 }
 
-// Open loads the state file (a corrupt one is moved aside, see LoadJSON).
+// Open loads the state file (a corrupt one is moved aside, see atomicfile.LoadJSON).
 func Open(path string, log *slog.Logger) (*Store, error) {
 	st := &Store{path: path}
-	if err := LoadJSON(path, &st.s, log); err != nil {
+	if err := atomicfile.LoadJSON(path, &st.s, log); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -118,7 +125,7 @@ func (st *Store) Update(f func(*State)) error {
 	if next == st.s {
 		return nil
 	}
-	if err := SaveJSON(st.path, next); err != nil {
+	if err := atomicfile.SaveJSON(st.path, next); err != nil {
 		return err
 	}
 	st.s = next

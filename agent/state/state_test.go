@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/atomicfile"
 )
 
 // writerEnv makes the test binary act as a process that rewrites state files
@@ -36,7 +37,7 @@ func tortureWriter(dir string) {
 			LastError: strings.Repeat("x", (i*7919)%20000),
 		}
 		path := filepath.Join(dir, "state-"+strconv.Itoa(i%3)+".json")
-		if err := SaveJSON(path, s); err != nil {
+		if err := atomicfile.SaveJSON(path, s); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -10,6 +10,7 @@ import (
 
 var (
 	target  = os.Getenv(CrashEnv)
+	blind   = os.Getenv(PolicyBlindEnv)
 	skew, _ = time.ParseDuration(os.Getenv(SkewEnv))
 )
 
@@ -24,3 +25,7 @@ func Crash(name string) {
 
 // Now is the wall clock plus the configured skew.
 func Now() time.Time { return time.Now().Add(skew) }
+
+// PolicyBlind is the directive name the template policy's reader is made
+// to miss (PolicyBlindEnv), so a test proves the nginx probe catches it.
+func PolicyBlind() string { return blind }

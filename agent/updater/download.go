@@ -13,53 +13,32 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/openflare/openflare-agent/internal/stall"
+	"openflare/internal/download"
 )
 
 // fetch streams rawURL into w, at most limit bytes, and returns its
-// SHA-256. want is the size the release announced (0: unknown).
-// A body that stops short of its Content-Length or of want, or runs past
-// either or the limit, is an error: a truncated binary must never be
-// mistaken for a complete one, even before its digest is checked.
+// SHA-256. want is the size the release announced (0: unknown). The bounds
+// are internal/download's: a truncated binary must never be mistaken for a
+// complete one, even before its digest is checked, and a slow but moving
+// download on a router's uplink is not cut off.
 func (u *Updater) fetch(ctx context.Context, rawURL string, w io.Writer, limit, want int64) ([]byte, error) {
-	// The watchdog covers the wait for headers too; each byte that arrives
-	// puts it back, so a slow but moving download on a router's uplink is
-	// not cut off, and a stalled one does not hold the loop forever.
-	ctx, watch := stall.Watch(ctx, u.o.StallTimeout)
-	defer watch.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("download %s: %w", rawURL, err)
 	}
-	req.Header.Set("User-Agent", "openflare-agent/"+u.o.Version)
+	req.Header.Set("User-Agent", "openflare/"+u.o.Version)
 	req.Header.Set("Accept", "application/octet-stream")
-	resp, err := u.client.Do(req)
+	t, err := download.Get(u.client, req, download.Limits{Max: limit, Want: want, Stall: u.o.StallTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("download %s: %w", rawURL, stall.Cause(ctx, err))
+		return nil, fmt.Errorf("download %s: %w", rawURL, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("download %s: %s", rawURL, resp.Status)
-	}
-	switch {
-	case resp.ContentLength > limit:
-		return nil, fmt.Errorf("download %s: %d bytes announced, the cap is %d", rawURL, resp.ContentLength, limit)
-	case want > 0 && resp.ContentLength >= 0 && resp.ContentLength != want:
-		return nil, fmt.Errorf("download %s: Content-Length %d, the release says %d bytes", rawURL, resp.ContentLength, want)
+	defer t.Close()
+	if t.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("download %s: %s", rawURL, t.Status)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(watch.Reader(resp.Body), limit+1))
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("download %s: %w", rawURL, stall.Cause(ctx, err))
-	case err != nil:
-		return nil, fmt.Errorf("download %s: truncated after %d bytes: %w", rawURL, n, err)
-	case n > limit:
-		return nil, fmt.Errorf("download %s: larger than the cap of %d bytes", rawURL, limit)
-	case resp.ContentLength >= 0 && n != resp.ContentLength:
-		return nil, fmt.Errorf("download %s: truncated: %d of %d bytes", rawURL, n, resp.ContentLength)
-	case want > 0 && n != want:
-		return nil, fmt.Errorf("download %s: truncated: %d of the %d bytes the release announced", rawURL, n, want)
+	if _, err := t.Copy(io.MultiWriter(w, h)); err != nil {
+		return nil, fmt.Errorf("download %s: %w", rawURL, err)
 	}
 	return h.Sum(nil), nil
 }

@@ -80,7 +80,7 @@ func (u *Updater) getJSON(ctx context.Context, rawURL string, v any) (found bool
 		return false, fmt.Errorf("release lookup: %w", err)
 	}
 	req.Header.Set("Accept", "application/vnd.github+json")
-	req.Header.Set("User-Agent", "openflare-agent/"+u.o.Version)
+	req.Header.Set("User-Agent", "openflare/"+u.o.Version)
 	resp, err := u.client.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("release lookup: %w", err)

@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/openflare/openflare-agent/internal/atomicfile"
+	"openflare/internal/atomicfile"
 )
 
 // fileState is <exe>.update.json: what survives the exec into a new binary and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/testing/releaseserver"
+	"openflare/testing/releaseserver"
 )
 
 const repo = "openflare/openflare-agent"

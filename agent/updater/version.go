@@ -114,3 +114,12 @@ func comparePre(x, y string) int {
 	}
 	return strings.Compare(x, y)
 }
+
+func sameVersion(a, b string) bool {
+	va, errA := ParseVersion(a)
+	vb, errB := ParseVersion(b)
+	if errA != nil || errB != nil {
+		return strings.TrimSpace(a) == strings.TrimSpace(b)
+	}
+	return Compare(va, vb) == 0
+}

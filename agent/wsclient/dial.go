@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // dial opens the socket (through the proxy Options.Proxy names, if any) and
@@ -30,7 +30,7 @@ func dial(ctx context.Context, o Options, wsURL, origin string) (*websocket.Conn
 		return nil, fmt.Errorf("websocket config for %s: %w", wsURL, err)
 	}
 	cfg.Header.Set(protocol.TokenHeader, o.Token)
-	cfg.Header.Set("User-Agent", "openflare-agent/"+o.AgentVersion)
+	cfg.Header.Set("User-Agent", "openflare/"+o.AgentVersion)
 
 	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()

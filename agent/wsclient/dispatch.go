@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // pongFrame is the reply to a server ping (PROTOCOL 3.3).
@@ -50,9 +50,8 @@ func (s *session) dispatch(frame []byte) error {
 			s.h.ForceSync(ref)
 		}
 	case protocol.WSWAFIPGroups:
-		var groups []protocol.WAFIPGroup
-		if s.decode(m, '[', &groups) {
-			s.h.IPGroups(groups)
+		if err := s.h.IPGroups(json.NewDecoder(bytes.NewReader(m.Payload))); err != nil {
+			s.undecodable(m.Type, len(m.Payload), err)
 		}
 	default:
 		s.o.Stats.Unknown.Add(1)

@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
 const (
@@ -189,7 +189,17 @@ func (h *handler) Status(ctx context.Context) (*protocol.NodePayload, func()) { 
 func (h *handler) Settings(s protocol.AgentSettings)                          { h.settings <- s }
 func (h *handler) ActiveConfig(r protocol.ConfigRef)                          { h.active <- r }
 func (h *handler) ForceSync(r protocol.ConfigRef)                             { h.force <- r }
-func (h *handler) IPGroups(g []protocol.WAFIPGroup)                           { h.groups <- g }
+
+// IPGroups decodes the payload whole: the tests' pushes are small, and the
+// streamed ones are read by a handler of their own.
+func (h *handler) IPGroups(dec *json.Decoder) error {
+	var g []protocol.WAFIPGroup
+	if err := dec.Decode(&g); err != nil {
+		return err
+	}
+	h.groups <- g
+	return nil
+}
 
 // await returns the next value of c or fails the test.
 func await[T any](t *testing.T, c <-chan T, what string) T {

@@ -13,7 +13,8 @@ const (
 	DefaultDialTimeout  = 10 * time.Second // request_timeout default (PROTOCOL 1.1)
 	DefaultWriteTimeout = 5 * time.Second  // upstream agent write deadline (PROTOCOL 3.4)
 	DefaultInterval     = 3 * time.Second  // server heartbeat_interval default (PROTOCOL 2.2)
-	DefaultMaxFrame     = 32 << 20         // a waf_ip_groups push can carry ~20 MiB
+	DefaultMaxFrame     = 1 << 20          // what a frame may cost in memory
+	DefaultMaxMessage   = 32 << 20         // a waf_ip_groups push can carry ~20 MiB
 	minReadDeadline     = 75 * time.Second // upstream: max(6 × request_timeout, 75 s)
 )
 
@@ -21,7 +22,7 @@ const (
 type Options struct {
 	ServerURL    string
 	Token        string
-	AgentVersion string // sent as User-Agent "openflare-agent/<v>"
+	AgentVersion string // sent as User-Agent "openflare/<v>"
 
 	// DialTimeout bounds the TCP/TLS dial, through the proxy if there is
 	// one, plus the upgrade handshake (request_timeout). Zero means
@@ -40,8 +41,15 @@ type Options struct {
 	// (e.g. right after IP groups landed, so the server learns the new
 	// checksums at once). Nil means only the interval.
 	StatusNow <-chan struct{}
-	// MaxFrame caps an inbound frame in bytes. Zero means DefaultMaxFrame.
+	// MaxFrame caps an inbound frame read whole into memory, and any
+	// single JSON value of a larger one. A larger waf_ip_groups push is
+	// decoded as it is read (Handler.IPGroups), a larger frame of any other
+	// type skipped; neither ends the session. Zero means DefaultMaxFrame.
 	MaxFrame int
+	// MaxMessage caps a waf_ip_groups push read as a stream: the server's
+	// snapshot limit is 20 MiB. A larger one ends the session. Zero means
+	// DefaultMaxMessage.
+	MaxMessage int
 	// Log receives connection events; nil discards them.
 	Log *slog.Logger
 	// TLSConfig is used for wss (and an https proxy); nil means system
@@ -79,6 +87,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = DefaultMaxMessage
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

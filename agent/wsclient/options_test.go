@@ -10,7 +10,7 @@ import (
 func TestDefaults(t *testing.T) {
 	o := Options{}.withDefaults()
 	if o.DialTimeout != 10*time.Second || o.ReadDeadline != 75*time.Second ||
-		o.WriteTimeout != 5*time.Second || o.MaxFrame != 32<<20 || o.Log == nil || o.Stats == nil {
+		o.WriteTimeout != 5*time.Second || o.MaxFrame != 1<<20 || o.MaxMessage != 32<<20 || o.Log == nil || o.Stats == nil {
 		t.Errorf("defaults = %+v", o)
 	}
 	if got := o.interval(); got != DefaultInterval {

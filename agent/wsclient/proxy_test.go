@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // connectProxy is an HTTP CONNECT proxy on 127.0.0.1. It tunnels every

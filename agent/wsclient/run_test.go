@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"reflect"
@@ -15,7 +17,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
+	"openflare/internal/jsonstream"
 )
 
 func TestHandshakeCarriesTokenAndUserAgent(t *testing.T) {
@@ -25,7 +28,7 @@ func TestHandshakeCarriesTokenAndUserAgent(t *testing.T) {
 	if got := p.req.Header.Get(protocol.TokenHeader); got != testToken {
 		t.Errorf("token header = %q", got)
 	}
-	if got := p.req.Header.Get("User-Agent"); got != "openflare-agent/1.2.3" {
+	if got := p.req.Header.Get("User-Agent"); got != "openflare/1.2.3" {
 		t.Errorf("User-Agent = %q", got)
 	}
 	if got := p.req.URL.Path; got != "/of"+protocol.PathWebSocket {
@@ -345,16 +348,97 @@ func TestHandshakeOtherStatus(t *testing.T) {
 	}
 }
 
-func TestOversizedFrame(t *testing.T) {
+// A frame over MaxFrame that is not an IP-group push is skipped, however
+// large: the session goes on with the frames after it.
+func TestOversizedFrameSkipped(t *testing.T) {
 	srv := newServer(t, false)
 	o := options(t, srv.URL)
 	o.MaxFrame = 1024
-	r := start(t, o, newHandler())
+	h := newHandler()
+	r := start(t, o, h)
 	p := srv.accept(t)
 	p.send(protocol.WSActiveConfig, protocol.ConfigRef{Version: strings.Repeat("v", 2048)})
+	p.sendRaw(`{"type":"ping","padding":"` + strings.Repeat("x", 4<<20) + `"}`)
+	p.send(protocol.WSActiveConfig, protocol.ConfigRef{Version: "v2"})
+	if got := await(t, h.active, "active_config"); got.Version != "v2" {
+		t.Fatalf("active_config %q, want the one after the large frames", got.Version)
+	}
+	if got := o.Stats.Undecodable.Load(); got != 2 {
+		t.Errorf("undecodable = %d, want 2", got)
+	}
+	r.stillRunning(t)
+}
+
+// streamHandler reads a push the way agent/ipgroups does, entry by entry,
+// and reports the entries it saw.
+type streamHandler struct {
+	*handler
+	entries chan int
+}
+
+func (h *streamHandler) IPGroups(dec *json.Decoder) error {
+	n := 0
+	err := jsonstream.Array(dec, func() error {
+		return jsonstream.Object(dec, func(key string) error {
+			if key != "ip_list" {
+				return jsonstream.Skip(dec)
+			}
+			return jsonstream.Array(dec, func() error {
+				var e string
+				n++
+				return dec.Decode(&e)
+			})
+		})
+	})
+	if err == nil {
+		h.entries <- n
+	}
+	return err
+}
+
+// bigPush is a waf_ip_groups message of one group of n entries.
+func bigPush(n int) string {
+	list := make([]string, n)
+	for i := range list {
+		list[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&0xff, i>>8&0xff, i&0xff)
+	}
+	b, _ := json.Marshal([]protocol.WAFIPGroup{{ID: 1, Enabled: true, IPList: list, Checksum: "c"}})
+	return `{"type":"waf_ip_groups","payload":` + string(b) + `}`
+}
+
+// An IP-group push over MaxFrame reaches the handler as a stream, read
+// exactly to the end of its frame: the messages right behind it are
+// handled, and the session goes on. One over MaxMessage ends the session,
+// naming the limit; one holding a value over MaxFrame is skipped.
+func TestLargeIPGroupPushStreamed(t *testing.T) {
+	srv := newServer(t, false)
+	o := options(t, srv.URL)
+	o.MaxFrame, o.MaxMessage = 1024, 4<<20
+	h := &streamHandler{handler: newHandler(), entries: make(chan int, 4)}
+	r := start(t, o, h)
+	p := srv.accept(t)
+
+	p.sendRaw(bigPush(100_000)) // 1.5 MB
+	p.send(protocol.WSActiveConfig, protocol.ConfigRef{Version: "after"})
+	if n := await(t, h.entries, "the streamed push"); n != 100_000 {
+		t.Fatalf("%d entries, want 100000", n)
+	}
+	if got := await(t, h.active, "active_config"); got.Version != "after" {
+		t.Fatalf("active_config %q", got.Version)
+	}
+	p.sendRaw(`{"type":"waf_ip_groups","payload":[{"id":1,"ip_list":["` + strings.Repeat("1", 2048) + `"]}]}`)
+	p.sendRaw(`{"payload":[` + strings.Repeat(`{"id":1},`, 200) + `{"id":1}],"type":"waf_ip_groups"}`)
+	p.sendRaw(`{"type":"ping"}`)
+	p.recvType(protocol.WSPong)
+	if got := o.Stats.Undecodable.Load(); got != 2 {
+		t.Errorf("undecodable = %d, want 2 (an entry over MaxFrame, a payload before its type)", got)
+	}
+	r.stillRunning(t)
+
+	p.sendRaw(bigPush(400_000)) // 6 MB
 	err := r.wait(t, waitLimit)
-	if err == nil || !strings.Contains(err.Error(), "1024") {
-		t.Fatalf("Run = %v, want an error naming the 1024-byte limit", err)
+	if !errors.Is(err, websocket.ErrFrameTooLarge) || !strings.Contains(err.Error(), "4194304-byte limit") {
+		t.Fatalf("Run = %v, want an error naming the 4194304-byte limit", err)
 	}
 }
 

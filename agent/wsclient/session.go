@@ -12,24 +12,28 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // Handler receives what the server pushes and supplies status payloads.
 // Status runs on Run's goroutine, the other methods on the reader goroutine,
-// so Status may run concurrently with them. All should return quickly: while
-// a push is being handled no frame is read, and Run waits for a call in
-// progress before it returns.
+// so Status may run concurrently with them. While a push is being handled
+// no frame is read, and Run waits for a call in progress before it
+// returns: all but IPGroups should return quickly.
 type Handler interface {
 	// Status builds the status payload to send; commit is called after the
 	// frame was written successfully (the agent then acknowledges
 	// observability data), never otherwise. Return a nil payload to skip this
 	// tick.
 	Status(ctx context.Context) (p *protocol.NodePayload, commit func())
-	Settings(s protocol.AgentSettings)     // server "settings"
-	ActiveConfig(ref protocol.ConfigRef)   // server "active_config"
-	ForceSync(ref protocol.ConfigRef)      // server "force_sync_config"
-	IPGroups(groups []protocol.WAFIPGroup) // server "waf_ip_groups"
+	Settings(s protocol.AgentSettings)   // server "settings"
+	ActiveConfig(ref protocol.ConfigRef) // server "active_config"
+	ForceSync(ref protocol.ConfigRef)    // server "force_sync_config"
+	// IPGroups reads a "waf_ip_groups" payload, the array dec is at,
+	// consuming exactly that value: read from memory, or from the socket
+	// as it arrives when the frame is over Options.MaxFrame. An error is
+	// logged and the message skipped.
+	IPGroups(dec *json.Decoder) error
 }
 
 // closeTimeout bounds the courtesy close frame: shutdown must stay prompt
@@ -220,7 +224,17 @@ func (s *session) readLoop() error {
 			return fmt.Errorf("set read deadline: %w", err)
 		}
 		var frame []byte
-		if err := websocket.Message.Receive(s.conn, &frame); err != nil {
+		err := websocket.Message.Receive(s.conn, &frame)
+		if errors.Is(err, websocket.ErrFrameTooLarge) {
+			// The frame stays the connection's current one: read it
+			// through the connection, and the next Receive drains
+			// whatever of it is left.
+			err = s.stream()
+			if err == nil {
+				continue
+			}
+		}
+		if err != nil {
 			return s.readError(err)
 		}
 		if err := s.dispatch(frame); err != nil {
@@ -232,7 +246,7 @@ func (s *session) readLoop() error {
 func (s *session) readError(err error) error {
 	switch {
 	case errors.Is(err, websocket.ErrFrameTooLarge):
-		return fmt.Errorf("inbound frame larger than the %d-byte limit: %w", s.o.MaxFrame, err)
+		return fmt.Errorf("inbound waf_ip_groups message larger than the %d-byte limit: %w", s.o.MaxMessage, err)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("no frame from the server for %s: %w", s.o.ReadDeadline, ErrHalfOpen)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // URL derives the WebSocket URL from server_url (PROTOCOL 3.1): http→ws,

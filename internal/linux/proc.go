@@ -70,6 +70,31 @@ func parseProcStat(b []byte) (state byte, ppid int, err error) {
 	return state, n, nil
 }
 
+// childPIDs lists the children of ppid's main thread from the kernel's
+// own list (/proc/<pid>/task/<pid>/children): one read where scanning
+// /proc reads every process's stat, and this runs every millisecond while
+// a reload settles. A single-threaded parent (nginx's master) forks from
+// that thread. An error (a kernel built without CONFIG_PROC_CHILDREN)
+// leaves the scan to the caller.
+func (fs FS) childPIDs(ppid int) ([]int, error) {
+	id := strconv.Itoa(ppid)
+	b, err := os.ReadFile(filepath.Join(fs.Proc, id, "task", id, "children"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range bytes.Fields(b) {
+		pid, err := strconv.Atoi(string(f))
+		if err != nil || pid <= 0 {
+			return nil, errBadChildren
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+var errBadChildren = errors.New("malformed /proc/<pid>/task/<pid>/children")
+
 // PIDs lists the numeric entries of /proc.
 func (fs FS) PIDs() ([]int, error) {
 	entries, err := os.ReadDir(fs.Proc)
@@ -87,9 +112,11 @@ func (fs FS) PIDs() ([]int, error) {
 
 // Children lists the live (non-zombie) processes whose parent is ppid.
 func (fs FS) Children(ppid int) []Process {
-	pids, err := fs.PIDs()
+	pids, err := fs.childPIDs(ppid)
 	if err != nil {
-		return nil
+		if pids, err = fs.PIDs(); err != nil {
+			return nil
+		}
 	}
 	var out []Process
 	for _, pid := range pids {

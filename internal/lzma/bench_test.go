@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/xztest"
+	"openflare/testing/xztest"
 )
 
 func BenchmarkLZMA2Decode(b *testing.B) {

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/xztest"
+	"openflare/testing/xztest"
 )
 
 // fuzzLimit bounds the output of one fuzz input: valid streams can expand

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/xztest"
+	"openflare/testing/xztest"
 )
 
 // runXZ pipes in through the xz tool, skipping the test when it is missing.

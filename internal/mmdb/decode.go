@@ -31,17 +31,44 @@ const (
 	kindFloat     kind = 15
 )
 
-var kindNames = [...]string{
-	kindExtended: "extended", kindPointer: "pointer", kindString: "string",
-	kindDouble: "double", kindBytes: "bytes", kindUint16: "uint16",
-	kindUint32: "uint32", kindMap: "map", kindInt32: "int32",
-	kindUint64: "uint64", kindUint128: "uint128", kindArray: "array",
-	kindContainer: "data cache container", kindEndMarker: "end marker",
-	kindBool: "boolean", kindFloat: "float",
+// String names k; header never produces a kind above kindFloat. A switch
+// rather than an array of names: constant text costs nothing in the
+// binary's data segment.
+func (k kind) String() string {
+	switch k {
+	case kindExtended:
+		return "extended"
+	case kindPointer:
+		return "pointer"
+	case kindString:
+		return "string"
+	case kindDouble:
+		return "double"
+	case kindBytes:
+		return "bytes"
+	case kindUint16:
+		return "uint16"
+	case kindUint32:
+		return "uint32"
+	case kindMap:
+		return "map"
+	case kindInt32:
+		return "int32"
+	case kindUint64:
+		return "uint64"
+	case kindUint128:
+		return "uint128"
+	case kindArray:
+		return "array"
+	case kindContainer:
+		return "data cache container"
+	case kindEndMarker:
+		return "end marker"
+	case kindBool:
+		return "boolean"
+	}
+	return "float"
 }
-
-// String names k; header never produces a kind above kindFloat.
-func (k kind) String() string { return kindNames[k] }
 
 // Limits that keep a hostile file from costing unbounded time or memory.
 // GeoIP records nest three levels deep and hold a few hundred values and a

@@ -104,9 +104,9 @@ func AppendV4(buf []byte, lo, hi uint32) []byte {
 	return native.AppendUint32(buf, hi)
 }
 
-// AppendV6 appends an IPv6 range, each bound as its high and low 64 bits.
-func AppendV6(buf []byte, loHi, loLo, hiHi, hiLo uint64) []byte {
-	for _, v := range [4]uint64{loHi, loLo, hiHi, hiLo} {
+// AppendV6 appends an IPv6 range.
+func AppendV6(buf []byte, r Range) []byte {
+	for _, v := range [4]uint64{r.Lo.Hi, r.Lo.Lo, r.Hi.Hi, r.Hi.Lo} {
 		buf = native.AppendUint32(buf, uint32(v>>32))
 		buf = native.AppendUint32(buf, uint32(v))
 	}

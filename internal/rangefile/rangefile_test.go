@@ -3,8 +3,10 @@ package rangefile
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,7 +22,7 @@ func TestWriteAndReadIndex(t *testing.T) {
 	r0 := Record{ID: NumericID(1<<40 | 7), Enabled: true, N4: 1, Off4: len(buf)}
 	buf = AppendV4(buf, 0x0a000000, 0x0affffff)
 	r0.N6, r0.Off6 = 1, len(buf)
-	buf = AppendV6(buf, 0x20010db8_00000000, 0, 0x20010db8_ffffffff, ^uint64(0))
+	buf = AppendV6(buf, Range{U128{0x20010db8_00000000, 0}, U128{0x20010db8_ffffffff, ^uint64(0)}})
 	r0.Put(buf, 0)
 	r1 := Record{}
 	copy(r1.ID[:], "cUS")
@@ -64,5 +66,52 @@ func TestWriteAndReadIndex(t *testing.T) {
 	}
 	if _, err := New("SHORT", label, 0, 0, 0); err == nil {
 		t.Error("a 5-byte magic was accepted")
+	}
+}
+
+// Merge joins what overlaps or touches, across the halves of a U128 and up
+// to the largest address, whatever the input order.
+func TestMerge(t *testing.T) {
+	top := ^uint64(0)
+	r := func(loHi, loLo, hiHi, hiLo uint64) Range { return Range{U128{loHi, loLo}, U128{hiHi, hiLo}} }
+	in := []Range{
+		r(top, top, top, top),
+		r(5, 0, 5, 9),
+		r(0, 0, 0, 3),
+		r(1, 0, 1, 0),
+		r(0, 4, 0, top),
+		r(5, 3, 5, 4),
+		r(5, 11, 5, 20),
+		r(0, 2, 0, 2),
+		r(top, 0, top, top-1),
+		r(5, 0, 5, 1),
+		r(top, 5, top, 6),
+	}
+	want := []Range{
+		r(0, 0, 1, 0),
+		r(5, 0, 5, 9),
+		r(5, 11, 5, 20),
+		r(top, 0, top, top),
+	}
+	if got := Merge(in); !slices.Equal(got, want) {
+		t.Errorf("merged %x, want %x", got, want)
+	}
+}
+
+// BenchmarkMerge sorts and merges a group's worth of IPv6 networks in
+// random order, a third of them overlapping or touching another.
+func BenchmarkMerge(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	in := make([]Range, 100_000)
+	for i := range in {
+		lo := U128{0x20010db8_00000000 | rng.Uint64N(1<<20)<<16, 0}
+		hi := U128{lo.Hi | rng.Uint64N(3), ^uint64(0)}
+		in[i] = Range{lo, hi}
+	}
+	rs := make([]Range, len(in))
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(rs, in)
+		Merge(rs)
 	}
 }

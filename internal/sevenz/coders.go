@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 
-	"github.com/openflare/openflare-agent/internal/lzma"
+	"openflare/internal/lzma"
 )
 
 const maxDict = lzma.MaxDict

@@ -19,10 +19,14 @@
 // The archive is untrusted input:
 //
 //   - The header is read whole but may not exceed MaxHeaderSize, stored or
-//     decoded. Every count in it is checked against MaxEntries and against
-//     the header bytes that remain before anything is allocated for it, and
-//     coders are budgeted across folders, so a few bytes declaring 2^40
-//     files or a terabyte name block cost nothing.
+//     decoded, or the lower Limits.HeaderSize of NewReaderLimits, checked
+//     before it is read or decoded. Every count in it is checked against
+//     MaxEntries (or Limits.Entries) and against the header bytes that
+//     remain before anything is allocated for it, and coders are budgeted
+//     across folders, so a few bytes declaring 2^40 files or a terabyte
+//     name block cost nothing. Nothing the reader keeps refers to the
+//     header: each layer of an encoded header can go once the next is
+//     decoded, and the last once the entries are built.
 //   - Variable-length numbers are decoded as uint64 and range-checked
 //     before they become an int or int64, so nothing wraps on 32-bit ARM or
 //     MIPS. Offsets and sizes of the header and of every pack stream are

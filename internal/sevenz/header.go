@@ -1,6 +1,7 @@
 package sevenz
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -41,15 +42,15 @@ const (
 	maxCoderStreams  = 32
 	maxCoderIDSize   = 8 // the ID size field has 4 bits, 7-Zip uses at most 4 bytes
 	maxCoderPropSize = 1 << 16
-	maxFolderCoders  = 4 * MaxEntries // coders and coder in-streams over all folders
 )
 
 // buf is a cursor over a header held in memory. Every read checks the bytes
 // that remain, so a declared count can be compared with what could possibly
 // follow before anything is allocated for it.
 type buf struct {
-	b   []byte
-	off int // offset of b[0] in the header, for error messages
+	b       []byte
+	off     int // offset of b[0] in the header, for error messages
+	entries int // Limits.Entries: the most items any count may declare
 }
 
 func (h *buf) pos() int { return h.off }
@@ -274,7 +275,7 @@ func (h *buf) readPackInfo(si *streamsInfo) error {
 		return err
 	}
 	// Each pack stream has a size of at least one byte in the header.
-	n, err := h.readCount("number of pack streams", MaxEntries, 1)
+	n, err := h.readCount("number of pack streams", uint64(h.entries), 1)
 	if err != nil {
 		return err
 	}
@@ -331,9 +332,14 @@ func (h *buf) readFolder(f *folder, budget *int) error {
 		if flags&0xC0 != 0 {
 			return corrupt("coder flags 0x%02x: alternative methods are not defined", flags)
 		}
-		if c.id, err = h.readBytes(uint64(flags&0x0F), "coder ID"); err != nil {
+		// Copied, as are the properties below: a reference into the header
+		// would keep all of it alive as long as the folder, for the whole
+		// extraction or while the next layer of an encoded header decodes.
+		id, err := h.readBytes(uint64(flags&0x0F), "coder ID")
+		if err != nil {
 			return err
 		}
+		c.id = bytes.Clone(id)
 		if len(c.id) > maxCoderIDSize {
 			return corrupt("coder ID of %d bytes", len(c.id))
 		}
@@ -358,9 +364,11 @@ func (h *buf) readFolder(f *folder, budget *int) error {
 			if n > maxCoderPropSize {
 				return corrupt("coder properties of %d bytes", n)
 			}
-			if c.props, err = h.readBytes(n, "coder properties"); err != nil {
+			props, err := h.readBytes(n, "coder properties")
+			if err != nil {
 				return err
 			}
+			c.props = bytes.Clone(props)
 		}
 		f.numInTotal += c.numIn
 		f.numOutTotal += c.numOut
@@ -431,7 +439,7 @@ func (h *buf) readUnpackInfo(si *streamsInfo) error {
 		return err
 	}
 	// A folder takes at least a coder count, flags and a size in the header.
-	nf, err := h.readCount("number of folders", MaxEntries, 3)
+	nf, err := h.readCount("number of folders", uint64(h.entries), 3)
 	if err != nil {
 		return err
 	}
@@ -444,7 +452,8 @@ func (h *buf) readUnpackInfo(si *streamsInfo) error {
 	}
 	si.folders = make([]folder, nf)
 	pack := 0
-	budget := maxFolderCoders
+	// Coders and coder in-streams over all folders.
+	budget := 4 * h.entries
 	for i := range si.folders {
 		f := &si.folders[i]
 		if err := h.readFolder(f, &budget); err != nil {
@@ -508,14 +517,14 @@ func (h *buf) readSubStreamsInfo(si *streamsInfo) error {
 		for i := range si.numSub {
 			// No per-item byte bound: a folder may hold many files whose
 			// sizes follow; the running total is capped instead.
-			n, err := h.readCount("number of substreams", MaxEntries, 0)
+			n, err := h.readCount("number of substreams", uint64(h.entries), 0)
 			if err != nil {
 				return err
 			}
 			si.numSub[i] = n
 			total += uint64(n)
-			if total > MaxEntries {
-				return corrupt("more than %d substreams", MaxEntries)
+			if total > uint64(h.entries) {
+				return corrupt("more than %d substreams", h.entries)
 			}
 		}
 		if id, err = h.readByte("substreams property"); err != nil {
@@ -683,7 +692,7 @@ type fileInfo struct {
 
 func (h *buf) readFilesInfo() ([]fileInfo, error) {
 	// Every file needs at least two bytes of name (the terminator).
-	n, err := h.readCount("number of files", MaxEntries, 2)
+	n, err := h.readCount("number of files", uint64(h.entries), 2)
 	if err != nil {
 		return nil, err
 	}

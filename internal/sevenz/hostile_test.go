@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -522,5 +524,100 @@ func readWith(ra io.ReaderAt, size int64) ([]item, error) {
 			return nil, err
 		}
 		items = append(items, item{*e, string(c)})
+	}
+}
+
+// encodedCopy is an encoded header whose one folder is layer, stored
+// (Copy) at pack position at.
+func encodedCopy(at uint64, layer []byte) []byte {
+	n := num(uint64(len(layer)))
+	return cat([]byte{idEncodedHeader, idPackInfo}, num(at), num(1), []byte{idSize}, n, []byte{idEnd},
+		[]byte{idUnpackInfo, idFolder}, num(1), []byte{0, 1, 0x01, 0x00}, []byte{idCodersUnpackSize}, n, []byte{idEnd}, []byte{idEnd})
+}
+
+// TestLimits: NewReaderLimits refuses an archive with more entries or
+// more header than the caller allows, before it allocates for them,
+// where NewReader reads it.
+func TestLimits(t *testing.T) {
+	files := make([]testFile, 20_000)
+	for i := range files {
+		files[i] = testFile{name: fmt.Sprintf("f%05d", i), noData: true, empty: true}
+	}
+	stored := buildCopy(files, nil)
+	hdr := stored[32:] // no packed data: no file has any
+	encoded := archive(hdr, encodedCopy(0, hdr))
+	for _, b := range [][]byte{stored, encoded} {
+		if items, err := readAll(b, 0); err != nil || len(items) != len(files) {
+			t.Fatalf("with the default limits: %d entries, %v", len(items), err)
+		}
+	}
+	size := int64(len(hdr))
+	for _, c := range []struct {
+		name string
+		b    []byte
+		lim  Limits
+		want string
+		most uint64 // bytes it may allocate
+	}{
+		// The header is read whole before its count of files.
+		{"entries", stored, Limits{100, size}, "number of files: 20000 exceeds the limit of 100", uint64(size) + 16<<10},
+		{"entries, header encoded", encoded, Limits{100, size}, "number of files: 20000 exceeds the limit of 100", uint64(size) + 16<<10},
+		{"stored header", stored, Limits{MaxEntries, size - 1}, fmt.Sprintf("header of %d bytes exceeds the limit of %d", size, size-1), 16 << 10},
+		{"decoded header", encoded, Limits{MaxEntries, size - 1}, fmt.Sprintf("decoded header of %d bytes exceeds the limit of %d", size, size-1), 16 << 10},
+		{"limits above the caps", buildCopy(make([]testFile, MaxEntries+1), nil), Limits{math.MaxInt, 1 << 62}, "exceeds the limit of 100000", 0},
+		{"negative limits", stored, Limits{-1, -1}, "exceeds the limit of 0", 16 << 10},
+	} {
+		var err error
+		n := allocated(func() { _, err = NewReaderLimits(bytes.NewReader(c.b), int64(len(c.b)), c.lim) })
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+		if c.most > 0 && n > c.most {
+			t.Errorf("%s: allocated %d bytes", c.name, n)
+		}
+	}
+}
+
+// heapAt records the live heap when a read starts at offset at.
+type heapAt struct {
+	*bytes.Reader
+	at   int64
+	live uint64
+}
+
+func (h *heapAt) ReadAt(p []byte, off int64) (int, error) {
+	if off == h.at {
+		h.live = liveHeap()
+	}
+	return h.Reader.ReadAt(p, off)
+}
+
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestEncodedLayerReleased: a header encoded twice, its middle layer
+// padded to 4 MiB, is decoded without the middle layer still held while
+// the header under it decodes.
+func TestEncodedLayerReleased(t *testing.T) {
+	plain := buildCopy([]testFile{{name: "a", data: "alpha"}}, nil)
+	data, hdr := plain[32:32+5], plain[32+5:]
+	const pad = 4 << 20
+	middle := cat(encodedCopy(5, hdr), make([]byte, pad))
+	b := archive(cat(data, hdr, middle), encodedCopy(uint64(5+len(hdr)), middle))
+	ra := &heapAt{Reader: bytes.NewReader(b), at: 32 + 5}
+	before := liveHeap()
+	items, err := readWith(ra, int64(len(b)))
+	if err != nil || len(items) != 1 || items[0].content != "alpha" {
+		t.Fatalf("read %+v, %v", items, err)
+	}
+	if ra.live == 0 {
+		t.Fatal("the plain header was not read where expected")
+	}
+	if held := int64(ra.live) - int64(before); held > pad/2 {
+		t.Errorf("%d bytes more live while the plain header decoded: the %d-byte layer above it is still held", held, len(middle))
 	}
 }

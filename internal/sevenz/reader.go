@@ -12,8 +12,9 @@ import (
 	"math"
 )
 
-// Limits applied to every archive. They are far above what a static site
-// needs and far below what would exhaust a router's memory.
+// Caps applied to every archive; NewReaderLimits may lower the first two.
+// They are far above what a static site needs and far below what would
+// exhaust a router's memory.
 const (
 	// MaxEntries caps the files and directories in an archive, and with
 	// them folders, pack streams and substreams.
@@ -25,6 +26,19 @@ const (
 	// MaxNameLen caps one entry's name in UTF-16 code units.
 	MaxNameLen = 4096
 )
+
+// Limits lower the caps above for one archive, for a caller that knows
+// more about it than they can: a package whose file count is declared
+// beforehand, for one. Values above the caps count as the caps.
+type Limits struct {
+	// Entries caps the files and directories, and with them folders, pack
+	// streams and substreams; it is checked before anything is allocated
+	// for them.
+	Entries int
+	// HeaderSize caps the header as stored and, for an encoded header, each
+	// layer as decoded; both are checked before they are read.
+	HeaderSize int64
+}
 
 // ErrFormat is wrapped by every error caused by the contents of the archive:
 // corruption, truncation, a CRC mismatch, or a limit above being exceeded.
@@ -92,14 +106,22 @@ var signature = []byte{'7', 'z', 0xBC, 0xAF, 0x27, 0x1C}
 // whose folders it could not decode (see ErrUnsupported) before returning,
 // so that no content is extracted from an archive that would fail halfway.
 func NewReader(ra io.ReaderAt, size int64) (*Reader, error) {
-	r, err := newReader(ra, size)
+	return NewReaderLimits(ra, size, Limits{MaxEntries, MaxHeaderSize})
+}
+
+// NewReaderLimits is NewReader with lim in place of MaxEntries and
+// MaxHeaderSize.
+func NewReaderLimits(ra io.ReaderAt, size int64, lim Limits) (*Reader, error) {
+	lim.Entries = max(0, min(lim.Entries, MaxEntries))
+	lim.HeaderSize = max(0, min(lim.HeaderSize, MaxHeaderSize))
+	r, err := newReader(ra, size, lim)
 	if err != nil {
 		return nil, fmt.Errorf("sevenz: %w", err)
 	}
 	return r, nil
 }
 
-func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
+func newReader(ra io.ReaderAt, size int64, lim Limits) (*Reader, error) {
 	if size < signatureHeaderSize {
 		return nil, corrupt("%d bytes is too short for a 7z archive", size)
 	}
@@ -126,8 +148,8 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		return r, nil
 	}
 	avail := uint64(size - signatureHeaderSize)
-	if nextSize > MaxHeaderSize {
-		return nil, corrupt("header of %d bytes exceeds the limit of %d", nextSize, MaxHeaderSize)
+	if nextSize > uint64(lim.HeaderSize) {
+		return nil, corrupt("header of %d bytes exceeds the limit of %d", nextSize, lim.HeaderSize)
 	}
 	if nextOff > avail || nextSize > avail-nextOff {
 		return nil, corrupt("header at %d+%d lies beyond the end of the %d-byte archive", nextOff, nextSize, size)
@@ -143,7 +165,7 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 	// 7-Zip writes one level of encoding; a few more are tolerated, but an
 	// archive cannot make the reader loop.
 	for round := 0; ; round++ {
-		h := &buf{b: hdr}
+		h := &buf{b: hdr, entries: lim.Entries}
 		id, err := h.readByte("header type")
 		if err != nil {
 			return nil, err
@@ -160,7 +182,7 @@ func newReader(ra io.ReaderAt, size int64) (*Reader, error) {
 		if round == 4 {
 			return nil, corrupt("header encoded more than 4 times")
 		}
-		if hdr, err = r.decodeHeader(h, size); err != nil {
+		if hdr, err = r.decodeHeader(h, size, lim.HeaderSize); err != nil {
 			return nil, fmt.Errorf("encoded header: %w", err)
 		}
 	}
@@ -184,8 +206,10 @@ func readFullAt(ra io.ReaderAt, p []byte, off int64) error {
 }
 
 // decodeHeader reads the StreamsInfo of an encoded header and decodes the
-// one stream it describes into memory.
-func (r *Reader) decodeHeader(h *buf, size int64) ([]byte, error) {
+// one stream it describes into memory. The stream's declared size is
+// checked against limit before anything is decoded, and the decoder is
+// never asked for more.
+func (r *Reader) decodeHeader(h *buf, size, limit int64) ([]byte, error) {
 	si, err := h.readStreamsInfo()
 	if err != nil {
 		return nil, err
@@ -194,8 +218,8 @@ func (r *Reader) decodeHeader(h *buf, size int64) ([]byte, error) {
 		return nil, corrupt("%d folders, want one folder with one stream", len(si.folders))
 	}
 	n := si.subSizes[0]
-	if n > MaxHeaderSize {
-		return nil, corrupt("decoded header of %d bytes exceeds the limit of %d", n, MaxHeaderSize)
+	if n > uint64(limit) {
+		return nil, corrupt("decoded header of %d bytes exceeds the limit of %d", n, limit)
 	}
 	packOff, err := packOffsets(si, size)
 	if err != nil {
@@ -529,7 +553,7 @@ func (f *fileInfo) mode() (fs.FileMode, error) {
 		if !isDir {
 			what = "not a directory"
 		}
-		return 0, corrupt("entry %q is %s but its attributes (%08x) say mode %v", f.name, what, f.attrib, m)
+		return 0, corrupt("entry %.120q is %s but its attributes (%08x) say mode %v", f.name, what, f.attrib, m)
 	}
 	return m, nil
 }
@@ -575,7 +599,7 @@ func (r *Reader) Next() (*Entry, io.Reader, error) {
 		}
 		fr, err := r.openFolder(r.si, r.packOff, r.folder)
 		if err != nil {
-			r.err = fmt.Errorf("sevenz: %q: %w", f.name, err)
+			r.err = fmt.Errorf("sevenz: %.120q: %w", f.name, err)
 			return nil, nil, r.err
 		}
 		r.fr = fr
@@ -624,12 +648,12 @@ func (e *entryReader) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		// Also at the entry's last byte: the folder's own CRC may be what
 		// failed.
-		e.err = fmt.Errorf("sevenz: %q: %w", e.name, err)
+		e.err = fmt.Errorf("sevenz: %.120q: %w", e.name, err)
 		return n, e.err
 	}
 	if e.left == 0 {
 		if e.hasCRC && e.crc != e.want {
-			e.err = fmt.Errorf("sevenz: %q: %w", e.name, corrupt("CRC %08x, want %08x", e.crc, e.want))
+			e.err = fmt.Errorf("sevenz: %.120q: %w", e.name, corrupt("CRC %08x, want %08x", e.crc, e.want))
 			return n, e.err
 		}
 		return n, io.EOF
@@ -637,7 +661,7 @@ func (e *entryReader) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		// The folder reader reports this itself; only a broken invariant
 		// gets here.
-		e.err = fmt.Errorf("sevenz: %q: %w", e.name, corrupt("data ends %d bytes early", e.left))
+		e.err = fmt.Errorf("sevenz: %.120q: %w", e.name, corrupt("data ends %d bytes early", e.left))
 		return n, e.err
 	}
 	return n, nil

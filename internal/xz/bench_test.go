@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/testing/xztest"
+	"openflare/testing/xztest"
 )
 
 // BenchmarkXZDecode decodes a 16 MiB mixed file made with xz -6 and reports,

@@ -25,7 +25,7 @@ import (
 	"hash/crc32"
 	"io"
 
-	"github.com/openflare/openflare-agent/internal/lzma"
+	"openflare/internal/lzma"
 )
 
 // ErrCorrupt is wrapped by errors caused by invalid data; it is the same

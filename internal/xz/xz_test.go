@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/xztest"
+	"openflare/testing/xztest"
 )
 
 // compress writes data to a temporary file and returns what xz makes of it.

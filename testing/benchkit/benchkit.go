@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/openflare/openflare-agent/testing/controlplane"
+	"openflare/testing/controlplane"
 )
 
 // Fatal ends the program with err.
@@ -169,6 +169,18 @@ func CPUTime(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	// USER_HZ is 100 on every Linux this runs on.
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// MinorFaults is how many page faults pid took that read nothing from
+// disk: code faulted back in from the page cache, fresh heap pages.
+func MinorFaults(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	n, _ := strconv.ParseInt(f[7], 10, 64)
+	return n
 }
 
 // Pct is the p-th percentile of d.

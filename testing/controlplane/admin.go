@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // AdminHeader carries the admin token on every admin API call.

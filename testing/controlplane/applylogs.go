@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // ApplyLogs returns every stored apply log, oldest first.

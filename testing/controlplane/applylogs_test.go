@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 func applyLog(version, result, checksum string) protocol.ApplyLog {

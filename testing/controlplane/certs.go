@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // SelfSignedCert makes a throwaway Ed25519 certificate for hosts (DNS names

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // Fault is one injected misbehaviour of the agent API. Set one behaviour;

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // vectorBSource is PROTOCOL 4.3 test vector B's source; it renders to

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 func TestIPGroupChecksumVectors(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // maxTextRunes is where the server cuts last_error, openresty_message and

@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // Error texts of the real server (PROTOCOL 0, 1.2, 2.3, 4, 8.3).

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
 // fixtureSource returns the source_config_json of a render fixture.

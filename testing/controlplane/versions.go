@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
 )
 
 // runtimeFiles are stored with a version but never shipped by E4 (PROTOCOL 4).

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/testsupport"
 )
 
 func TestVersionsIncrementPerDay(t *testing.T) {

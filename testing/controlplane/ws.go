@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 // wsConn is one agent WebSocket (PROTOCOL 3).

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
+	"openflare/agent/protocol"
 )
 
 func TestWSStatusRepliesInOrder(t *testing.T) {

@@ -21,9 +21,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/nstest"
 )
 
 // Host ports forwarded into the namespace, in order: nginx :80, nginx

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -11,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // Publishing a version: the route serves through nginx, a success apply log
@@ -226,6 +228,23 @@ func TestHTTPSRoute(t *testing.T) {
 	}
 	if r := get("secure.test", "/x"); r.status != 301 || r.header.Get("Location") != "https://secure.test/x" {
 		t.Fatalf("http: %d %v", r.status, r.header)
+	}
+	// A name no site has gets no handshake, and a request whose Host no
+	// site has gets nothing of nginx's own (its welcome page).
+	if c, err := tls.Dial("tcp", "127.0.0.1:443", &tls.Config{InsecureSkipVerify: true, ServerName: "nosuch.test"}); err == nil {
+		c.Close()
+		t.Fatal("a TLS handshake for an unknown name succeeded")
+	}
+	c, err := tls.Dial("tcp", "127.0.0.1:443", &tls.Config{InsecureSkipVerify: true, ServerName: "secure.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	c.Close()
+	// nginx closes such a connection, or answers with an error status.
+	if strings.Contains(string(b), "Welcome to nginx") || strings.Contains(string(b), "origin-ok") || len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 4") {
+		t.Fatalf("a Host no site has got: %q", b)
 	}
 	// The key is never readable by other users.
 	if mode := fileMode(t, n.data("etc", "nginx", "certs", "5.key")); mode != 0o600 {

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // Killing the agent (SIGKILL) at each step of an apply never leaves the

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/nstest"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/nginx"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/nstest"
+	"openflare/testing/testsupport"
 )
 
 // These tests are about who the nginx workers are, so they need workers
@@ -137,8 +137,8 @@ func TestRootWithStockTemplateServes(t *testing.T) {
 			t.Errorf("%s is %v: readable by the workers", p, m)
 		}
 	}
-	if st.ProbeError != "" {
-		t.Errorf("state: probe %q", st.ProbeError)
+	if st.SelfTestError != "" {
+		t.Errorf("state: self-test %q", st.SelfTestError)
 	}
 	out, err := exec.Command(agentBinary(t), "-config", n.config, "status").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nginx workers:") || !strings.Contains(string(out), "passed") {
@@ -181,11 +181,11 @@ func TestUnknownNginxUserFails(t *testing.T) {
 }
 
 // The data plane breaks under the agent (the Lua scripts become unreadable
-// to the workers after landing): the next apply's self-probe fails, the
+// to the workers after landing): the next apply's self-test fails, the
 // previous config is restored, and the apply log says failed, quoting the
 // permission error. Nothing is blocklisted; once the owner fixes the files
 // and restarts the agent, the version applies.
-func TestProbeFailureRestoresPrevious(t *testing.T) {
+func TestSelfTestFailureRestoresPrevious(t *testing.T) {
 	needRealRoot(t)
 	cp := controlPlane(t)
 	n, v1 := appV1(t, cp)
@@ -198,19 +198,19 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 	v2 := publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "app.test", origin(t, "v2"))}})
 	rec := waitApplyLog(t, cp, v2.Version, protocol.ResultFailed)
 	t.Logf("apply log: %s", rec.Message)
-	for _, want := range []string{"data-plane probe failed", "Permission denied", waf, "not blocklisted"} {
+	for _, want := range []string{"data-plane self-test failed", "Permission denied", waf, "not blocklisted"} {
 		if !strings.Contains(rec.Message, want) {
 			t.Errorf("apply log lacks %q:\n%s", want, rec.Message)
 		}
 	}
 	st := n.state()
-	if st.Current.Version != v1.Version || st.Blocked.Version != "" || st.ProbeError == "" {
-		t.Fatalf("state after the failed probe: current %q blocked %q probe %q", st.Current.Version, st.Blocked.Version, st.ProbeError)
+	if st.Current.Version != v1.Version || st.Blocked.Version != "" || st.SelfTestError == "" {
+		t.Fatalf("state after the failed self-test: current %q blocked %q self-test %q", st.Current.Version, st.Blocked.Version, st.SelfTestError)
 	}
 	if route := testsupport.ReadFile(t, n.data("etc", "nginx", "conf.d", "openflare_routes.conf")); strings.Contains(route, "v2") {
 		t.Fatal("v2's route config was left in place")
 	}
-	testsupport.WaitFor(t, 30*time.Second, "an unhealthy beat naming the probe", func() bool {
+	testsupport.WaitFor(t, 30*time.Second, "an unhealthy beat naming the self-test", func() bool {
 		for _, nd := range cp.Nodes() {
 			if nd.OpenRestyStatus == protocol.StatusUnhealthy && strings.Contains(nd.OpenRestyMessage, "Permission denied") {
 				return true
@@ -226,8 +226,8 @@ func TestProbeFailureRestoresPrevious(t *testing.T) {
 	n.start()
 	waitApplyLog(t, cp, v2.Version, protocol.ResultSuccess)
 	waitServes(t, "app.test", "/", "origin-ok v2")
-	if st := n.state(); st.ProbeError != "" {
-		t.Fatalf("probe error kept after a passing probe: %q", st.ProbeError)
+	if st := n.state(); st.SelfTestError != "" {
+		t.Fatalf("self-test error kept after a passing self-test: %q", st.SelfTestError)
 	}
 }
 
@@ -247,8 +247,8 @@ func TestOldDataDirRepairedOnStart(t *testing.T) {
 	n.start()
 	n.waitLog("nginx runs the last landed config", 30*time.Second)
 	waitServes(t, "app.test", "/", "origin-ok v1")
-	if st := n.state(); st.ProbeError != "" {
-		t.Fatalf("probe after repair: %q", st.ProbeError)
+	if st := n.state(); st.SelfTestError != "" {
+		t.Fatalf("self-test after repair: %q", st.SelfTestError)
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/geodb"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/geodb"
+	"openflare/testing/testsupport"
 )
 
 // geoGroup blocks the countries listed with 451 "geo blocked".

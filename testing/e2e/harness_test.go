@@ -23,13 +23,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/state"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/nginxtest"
-	"github.com/openflare/openflare-agent/testing/nstest"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/nginx"
+	"openflare/agent/protocol"
+	"openflare/agent/state"
+	"openflare/testing/controlplane"
+	"openflare/testing/nginxtest"
+	"openflare/testing/nstest"
+	"openflare/testing/testsupport"
 )
 
 // As root (CI) the suites run without a user namespace: nginx's master is

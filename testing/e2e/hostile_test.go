@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // A hostile control plane publishes a template that runs Lua at nginx -t
@@ -54,6 +55,50 @@ func TestHostileTemplateRefused(t *testing.T) {
 		if _, err := os.Stat(p); err == nil {
 			t.Fatalf("%s was created", p)
 		}
+	}
+}
+
+// Issue 20 B1, and what the template policy's reader could ever miss: a
+// Lua block behind an escaped '$' (nginx opens the location's block where
+// a careless reader sees the word go on) is refused by the reader; and
+// with the reader made blind to the Lua block on purpose (a test hook),
+// nginx's own reading of the probe refuses it. Either way the Lua never
+// runs, no request reaches it, and v1 keeps serving.
+func TestTemplateReaderCannotBeFooled(t *testing.T) {
+	cp := controlPlane(t)
+	n, _ := appV1(t, cp)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, blind, location, path, want string
+	}{
+		{"escaped dollar", "", `/x\${`, "/x%5C$", "backslash outside quotes escapes '$'"},
+		{"blind reader", "content_by_lua_block", `/blind {`, "/blind", `nginx reads a directive "content_by_lua_block"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.blind != "" {
+				n.stop()
+				n.start(testhook.PolicyBlindEnv + "=" + tc.blind)
+			}
+			marker := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			evil := `    server { listen 80; server_name evil.test; location ` + tc.location +
+				` content_by_lua_block { local f = io.open("` + marker + `", "w") f:write("x") f:close() ngx.say("pwned") } } }`
+			tmpl := strings.Replace(controlplane.StockMainTemplate, "http {\n", "http {\n"+evil+"\n", 1)
+			v := publish(t, cp, controlplane.Source{
+				Routes:    []controlplane.Route{proxyRoute(1, "app.test", origin(t, "evil"))},
+				OpenResty: map[string]any{"main_config_template": tmpl, "origin_error_page_enabled": false},
+			})
+			rec := waitApplyLog(t, cp, v.Version, protocol.ResultWarning)
+			if !strings.Contains(rec.Message, "template policy") || !strings.Contains(rec.Message, tc.want) {
+				t.Fatalf("apply log does not name the refusal: %s", rec.Message)
+			}
+			waitServes(t, "app.test", "/", "origin-ok v1")
+			if r := get("evil.test", tc.path); strings.Contains(r.body, "pwned") {
+				t.Fatalf("the Lua answered: %d %q", r.status, r.body)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the Lua ran: its marker file exists")
+			}
+		})
 	}
 }
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // bigGroupWorkerRSSCeilingKiB is what each nginx worker may hold with a

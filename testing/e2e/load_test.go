@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/loadgen"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/loadgen"
 )
 
 // slowOrigin is loadgen's origin on a test server.

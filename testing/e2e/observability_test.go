@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // receivedLogs returns every access log the control plane received,

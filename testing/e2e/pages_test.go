@@ -4,15 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // sitePackage is a tar.gz of files under one top directory, with the
@@ -68,6 +69,13 @@ func TestPagesServeAndSwitch(t *testing.T) {
 		if r := get("pages.test", path); r.status != 200 || r.body != want {
 			t.Fatalf("GET %s: %d %q, want %q", path, r.status, r.body, want)
 		}
+	}
+	// The release marker is in the site's root, and no visitor reads it.
+	if _, err := os.Stat(n.data("var", "lib", "openflare", "pages", "projects", "3", "current", ".openflare-pages.json")); err != nil {
+		t.Fatalf("the marker is not where this test looks: %v", err)
+	}
+	if r := get("pages.test", "/.openflare-pages.json"); r.status != 404 || strings.Contains(r.body, "deployment") {
+		t.Fatalf("the release marker is served: %d %q", r.status, r.body)
 	}
 	master, workers := n.nginxPID(), workerPIDs(n.nginxPID())
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 // wsControlPlane allows the WebSocket and makes the heartbeat interval long,
@@ -88,9 +88,9 @@ func TestPublishOverWebSocket(t *testing.T) {
 	}
 }
 
-// Killing the server's socket: the agent sends an HTTP heartbeat at once,
-// keeps beating over HTTP, and reconnects with growing, jittered delays
-// while the server refuses; once it accepts again the socket is back.
+// Killing the server's socket: the agent sends an HTTP heartbeat within a
+// second, keeps beating over HTTP, and reconnects with growing, jittered
+// delays while the server refuses; once it accepts again the socket is back.
 func TestWebSocketFallbackAndBackoff(t *testing.T) {
 	cp := wsControlPlane(t)
 	n, nodeID := connectedNode(t, cp)
@@ -260,7 +260,8 @@ func TestSettingsTurnWebSocketOff(t *testing.T) {
 	}
 }
 
-// Garbage and oversized frames do not bring the agent down.
+// Garbage and oversized frames do not bring the agent down, nor the
+// session: a 40 MiB frame is skipped, and the socket carries on.
 func TestWebSocketGarbageFrames(t *testing.T) {
 	cp := wsControlPlane(t)
 	n, nodeID := connectedNode(t, cp)
@@ -275,11 +276,16 @@ func TestWebSocketGarbageFrames(t *testing.T) {
 	if !cp.WSConnected(nodeID) {
 		t.Fatal("garbage frames dropped the socket")
 	}
+	sessions := cp.Requests(protocol.PathWebSocket)
 	if err := cp.SendWSOversized(nodeID, 40<<20); err != nil {
 		t.Fatal(err)
 	}
-	n.waitLog("websocket unavailable; heartbeating over HTTP", 30*time.Second)
-	waitReconnect(t, cp, nodeID, 30*time.Second)
+	n.waitLog("websocket message ignored: cannot decode", 30*time.Second)
+	ref = publish(t, cp, controlplane.Source{Routes: []controlplane.Route{proxyRoute(1, "g.test", origin(t, "after-oversized"))}})
+	waitApplyLog(t, cp, ref.Version, protocol.ResultSuccess)
+	if got := cp.Requests(protocol.PathWebSocket); got != sessions || !cp.WSConnected(nodeID) || strings.Contains(n.logs.String(), "websocket unavailable") {
+		t.Fatalf("the oversized frame dropped the socket (%d sessions, was %d)", got, sessions)
+	}
 }
 
 // waitReconnect waits for the node's WebSocket to come back after a drop.

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/testhook"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/releaseserver"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/testhook"
+	"openflare/testing/controlplane"
+	"openflare/testing/releaseserver"
+	"openflare/testing/testsupport"
 )
 
 // updateVersions are the agent builds the self-update test installs: the

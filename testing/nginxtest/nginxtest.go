@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/internal/linux"
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/internal/linux"
+	"openflare/testing/nstest"
 )
 
 // Binary returns the nginx binary tests use: $OPENFLARE_TEST_NGINX, else

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/testing/nstest"
 )
 
 func TestMain(m *testing.M) { nstest.Main(m) }

@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -39,6 +40,9 @@ const (
 	// ModeEnv set to "userns" keeps MainRoot in a user namespace even as
 	// root; "root" is what MainRoot uses as root otherwise.
 	ModeEnv = "OPENFLARE_NSTEST_MODE"
+	// hostMountNSEnv names the mount namespace the test binary started
+	// in, for PrivateMount to compare with.
+	hostMountNSEnv = "OPENFLARE_NSTEST_HOST_MNTNS"
 )
 
 // Inside reports whether this process runs inside the test namespaces.
@@ -125,6 +129,9 @@ func spawnInit(extra []*os.File) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = extra
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleInit)
+	if ns, err := os.Readlink("/proc/self/ns/mnt"); err == nil {
+		cmd.Env = append(cmd.Env, hostMountNSEnv+"="+ns)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
@@ -258,4 +265,45 @@ func TraversableTempDir(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// PrivateMount returns nil when a mount made now on path stays in the
+// tests' namespaces: this process is in another mount namespace than the
+// one the test binary started in, and the mount holding path is not
+// shared, so the new mount propagates to no peer (the host's included). It
+// goes when the namespace does, or at its unmount.
+func PrivateMount(path string) error {
+	host := os.Getenv(hostMountNSEnv)
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("read this process's mount namespace: %w", err)
+	}
+	if !Inside() || host == "" || self == host {
+		return fmt.Errorf("not in a mount namespace of the tests' own (this one is %s, the test binary started in %q)", self, host)
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read the mount table: %w", err)
+	}
+	// The mount holding path: the last one listed on the longest mount
+	// point above it (a later mount on the same point hides the earlier).
+	var point, tags string
+	for _, line := range strings.Split(string(info), "\n") {
+		pre, _, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 6 {
+			continue
+		}
+		mp := f[4]
+		if (mp == "/" || path == mp || strings.HasPrefix(path, mp+"/")) && len(mp) >= len(point) {
+			point, tags = mp, strings.Join(f[6:], " ")
+		}
+	}
+	if point == "" {
+		return fmt.Errorf("no mount holds %s", path)
+	}
+	if strings.Contains(tags, "shared:") {
+		return fmt.Errorf("the mount on %s, which holds %s, is shared (%s): a mount below it would propagate", point, path, tags)
+	}
+	return nil
 }

@@ -35,3 +35,13 @@ func TestNamespace(t *testing.T) {
 		t.Fatalf("uid_map = %q, want a single mapped uid", m)
 	}
 }
+
+// The namespaces' mounts are private: a mount made in them reaches nothing
+// outside.
+func TestPrivateMount(t *testing.T) {
+	for _, p := range []string{"/", "/etc/passwd", "/proc/self"} {
+		if err := PrivateMount(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}

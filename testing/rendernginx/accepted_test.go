@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/testing/controlplane"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/testing/controlplane"
 )
 
 // chooser drives the generator: a seeded PRNG in the regular test, the fuzz
@@ -79,7 +79,7 @@ func (g *generator) str(v values[string]) string {
 }
 
 func strs(valid []string, invalid ...string) values[string] { return values[string]{valid, invalid} }
-func ints(valid []int, invalid ...int) values[int]          { return values[int]{valid, invalid} }
+func ints(valid []int64, invalid ...int64) values[int64]    { return values[int64]{valid, invalid} }
 
 const maxTimeout = 9223372036854775 // the largest whole-second timeout nginx takes
 
@@ -104,7 +104,7 @@ func strField(key string, v values[string]) configField {
 	return configField{key, func(g *generator) any { return g.str(v) }}
 }
 
-func intField(key string, v values[int]) configField {
+func intField(key string, v values[int64]) configField {
 	return configField{key, func(g *generator) any { return choose(g, v) }}
 }
 
@@ -122,17 +122,17 @@ func cacheField(key string, v values[string]) configField {
 }
 
 func timeoutField(key string) configField {
-	return intField(key, ints([]int{15, 1, maxTimeout}, 0, -3, maxTimeout+1))
+	return intField(key, ints([]int64{15, 1, maxTimeout}, 0, -3, maxTimeout+1))
 }
 
 var configFields = []configField{
 	strField("worker_processes", strs([]string{"auto", "1", " auto ", "16"}, "0", "-1", "", "two", "99999999999999999999")),
-	intField("worker_connections", ints([]int{4096, 1024, 8, 1 << 40}, 7, 0, -1)),
-	intField("worker_rlimit_nofile", ints([]int{65535, 1}, 0, -5)),
+	intField("worker_connections", ints([]int64{4096, 1024, 8, 1 << 40}, 7, 0, -1)),
+	intField("worker_rlimit_nofile", ints([]int64{65535, 1}, 0, -5)),
 	strField("events_use", strs([]string{"epoll", "", " epoll "}, "poll", "kqueue", "select", "/dev/poll")),
-	intField("default_server_return_status", ints([]int{421, 444, 0, 100, 999}, 1000, -1, 99)),
-	intField("keepalive_timeout", ints([]int{20, 0, 65, maxTimeout}, -1, maxTimeout+1)),
-	intField("keepalive_requests", ints([]int{1000, 0}, -1)),
+	intField("default_server_return_status", ints([]int64{421, 444, 0, 100, 999}, 1000, -1, 99)),
+	intField("keepalive_timeout", ints([]int64{20, 0, 65, maxTimeout}, -1, maxTimeout+1)),
+	intField("keepalive_requests", ints([]int64{1000, 0}, -1)),
 	timeoutField("client_header_timeout"),
 	timeoutField("client_body_timeout"),
 	timeoutField("send_timeout"),
@@ -144,8 +144,8 @@ var configFields = []configField{
 	strField("proxy_buffers", strs([]string{"16 16k", "8 16k", "9 8k"}, "1 16k", "16 0", "16 1g", "16", "9223372036854775807 16k", "2 8k")),
 	strField("proxy_buffer_size", strs([]string{"8k", "4k", "0", "16k"}, "1g", "2000m", "x", "64k")),
 	strField("proxy_busy_buffers_size", strs([]string{"64k", "16k", "112k"}, "8k", "1m", "0", "1g", "241k")),
-	intField("gzip_min_length", ints([]int{1024, 0}, -1)),
-	intField("gzip_comp_level", ints([]int{5, 1, 9}, 0, 10)),
+	intField("gzip_min_length", ints([]int64{1024, 0}, -1)),
+	intField("gzip_comp_level", ints([]int64{5, 1, 9}, 0, 10)),
 	strField("resolvers", strs([]string{"", "1.1.1.1 8.8.8.8", "127.0.0.1:53 valid=30s ipv6=off", "[::1]:53", "localhost", "1.1.1.1\tvalid=1h30m"},
 		"::1", "valid=30s", "1.1.1.1 ipv4=off", "1.1.1.1:0", "1.1.1.1 ipv6=no", "1.1.1.1 valid=5S", "1.1.1.1; user root")),
 	boolField("cache_enabled"),
@@ -162,8 +162,8 @@ var configFields = []configField{
 	cacheField("cache_lock_timeout", strs([]string{"5s", "500ms", "3", "0"}, "1y", "", "5 s")),
 	cacheField("cache_use_stale", strs([]string{"error timeout updating http_500 http_502 http_503 http_504", "error timeout", "off", "http_429 invalid_header"},
 		"error http_401", "", "error;")),
-	intField("default_limit_conn_per_server", ints([]int{200, 0, 65535, -1}, 65536)),
-	intField("default_limit_conn_per_ip", ints([]int{20, 0, 65535, -1}, 65536)),
+	intField("default_limit_conn_per_server", ints([]int64{200, 0, 65535, -1}, 65536)),
+	intField("default_limit_conn_per_ip", ints([]int64{20, 0, 65535, -1}, 65536)),
 	strField("default_limit_rate", strs([]string{"256k", "", "0", "-1", "2048"}, "1g", "fast")),
 	strField("default_limit_req_per_ip", strs([]string{"5r/s", "", "30r/m", "-1", "5R/S"}, "0r/s", "10r/h", "10")),
 	boolField("http3_enabled"),
@@ -231,7 +231,7 @@ var routeFields = []routeField{
 		}
 	},
 	func(g *generator, r *controlplane.Route, _ map[string]any) {
-		conns := ints([]int{100, 0, -1, 65535, 1}, 65536)
+		conns := values[int]{[]int{100, 0, -1, 65535, 1}, []int{65536}}
 		switch g.c.intn(4) {
 		case 0:
 			r.LimitConnPerServer = choose(g, conns)

@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/agent/render"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current renderer (certificates are created only when absent)")

@@ -9,11 +9,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/landing"
-	"github.com/openflare/openflare-agent/agent/nginx"
-	"github.com/openflare/openflare-agent/agent/osuser"
-	"github.com/openflare/openflare-agent/agent/render"
-	"github.com/openflare/openflare-agent/testing/nginxtest"
+	"openflare/agent/landing"
+	"openflare/agent/nginx"
+	"openflare/agent/osuser"
+	"openflare/agent/render"
+	"openflare/testing/nginxtest"
 )
 
 // probed caches `nginx -V`: the fuzz target builds a loader per input.
@@ -26,7 +26,7 @@ var probed struct {
 func probe(t testing.TB) *nginx.Caps {
 	t.Helper()
 	bin := nginxtest.Binary(t)
-	probed.once.Do(func() { probed.caps, probed.err = nginx.Probe(context.Background(), bin) })
+	probed.once.Do(func() { probed.caps, probed.err = nginx.ReadCaps(context.Background(), bin) })
 	if probed.err != nil {
 		t.Fatalf("probe nginx: %v", probed.err)
 	}
@@ -66,6 +66,9 @@ func newLoader(t testing.TB) *loader {
 		RuntimeConfigDir:  filepath.Join(root, "etc", "openflare"),
 		PagesDir:          filepath.Join(root, "pages"),
 		ObservabilityPort: 19180,
+		HTTPErrorLog:      filepath.Join(root, "var", "log", "openflare", "http-error.log"),
+		SelfTestDir:       filepath.Join(root, "var", "run", "selftest"),
+		EmptyDir:          filepath.Join(root, "var", "empty"),
 	}
 	// Workers here are the namespace's one uid: nothing to check for them.
 	tree := landing.Tree{Paths: p, DataDir: root, StateDir: filepath.Join(root, "state")}

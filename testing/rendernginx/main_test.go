@@ -3,7 +3,7 @@ package rendernginx
 import (
 	"testing"
 
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/testing/nstest"
 )
 
 func TestMain(m *testing.M) { nstest.Main(m) }

@@ -33,18 +33,6 @@ func ModuleRoot(t testing.TB) string {
 	}
 }
 
-// SharedDir returns ../shared/<sub> beside the repository: the project's
-// shared fixtures, read in place and never copied in. A test that needs
-// them is skipped, saying why, when they are absent.
-func SharedDir(t testing.TB, sub string) string {
-	t.Helper()
-	dir := filepath.Join(filepath.Dir(ModuleRoot(t)), "shared", sub)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared fixtures absent (%s): %v", dir, err)
-	}
-	return dir
-}
-
 // ReadFile returns a file's content, failing t when it cannot be read.
 func ReadFile(t testing.TB, p string) string {
 	t.Helper()

@@ -5,7 +5,9 @@
 // requests per second, the mean latency of one keep-alive client, and the
 // per-request overhead against the WAF off, in wall time and in nginx
 // worker CPU time (steadier on a busy machine). Figures are reported,
-// never asserted; the target is ≤ 50 µs of overhead per request.
+// never asserted; the target is ≤ 50 µs of overhead per request. Then,
+// unless -adversarial=false, it reports what one request costs at worst
+// for every node type, with inputs at nginx's limits (adversarial.go).
 package main
 
 import (
@@ -26,20 +28,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/geosnap"
-	"github.com/openflare/openflare-agent/agent/ipgroups"
-	"github.com/openflare/openflare-agent/agent/luaassets"
-	"github.com/openflare/openflare-agent/testing/benchkit"
-	"github.com/openflare/openflare-agent/testing/geodb"
-	"github.com/openflare/openflare-agent/testing/loadgen"
-	"github.com/openflare/openflare-agent/testing/nginxtest"
-	"github.com/openflare/openflare-agent/testing/nstest"
+	"openflare/agent/geosnap"
+	"openflare/agent/ipgroups"
+	"openflare/agent/landing"
+	"openflare/agent/luaassets"
+	"openflare/testing/benchkit"
+	"openflare/testing/geodb"
+	"openflare/testing/loadgen"
+	"openflare/testing/nginxtest"
+	"openflare/testing/nstest"
 )
 
 var (
-	duration = flag.Duration("duration", 3*time.Second, "length of one measurement")
-	rounds   = flag.Int("rounds", 3, "interleaved rounds; the best round of each case is reported")
-	conns    = flag.Int("conns", 16, "keep-alive connections of the throughput measurement")
+	duration    = flag.Duration("duration", 3*time.Second, "length of one measurement")
+	rounds      = flag.Int("rounds", 3, "interleaved rounds; the best round of each case is reported")
+	conns       = flag.Int("conns", 16, "keep-alive connections of the throughput measurement")
+	adversarial = flag.Bool("adversarial", true, "then measure the worst-case requests of every node type (adversarial.go)")
 )
 
 // obj is a JSON object literal.
@@ -50,7 +54,7 @@ type bench struct {
 	tb         *programTB
 	luaDir     string
 	runtimeDir string
-	vars       luaassets.Vars
+	paths      landing.Paths
 	nginx      *nginxtest.Server
 }
 
@@ -116,7 +120,11 @@ func live() int {
 
 	b := newBench(tb)
 	rs := rows()
-	if err := b.start(rs, origin.Addr().String()); err != nil {
+	var sites []advSite
+	if *adversarial {
+		sites = advSites()
+	}
+	if err := b.start(rs, sites, origin.Addr().String()); err != nil {
 		benchkit.Fatal(err)
 	}
 
@@ -159,6 +167,12 @@ func live() int {
 			r.name, on.rps, on.latency, on.p50, on.p99, on.latency-off.latency, on.cpu-off.cpu, on.cpu)
 	}
 	fmt.Printf("\n%d rounds of %v per case; requests/s over %d keep-alive connections, latency and CPU from one connection; best round of each.\n", *rounds, *duration, *conns)
+	if *adversarial {
+		fmt.Printf("\nAt nginx's default header buffers (4 × %d KB): the target applies.\n", defaultLine/1024)
+		b.adversarial(advInputs(defaultLine), true)
+		fmt.Printf("\nAt the header buffers the agent renders (4 × %d KB):\n", renderedLine/1024)
+		b.adversarial(advInputs(renderedLine), false)
+	}
 	return 0
 }
 
@@ -167,15 +181,15 @@ func rowHost(i int) string { return fmt.Sprintf("row%d.bench", i) }
 func newBench(tb *programTB) *bench {
 	root := tb.TempDir()
 	b := &bench{tb: tb, luaDir: filepath.Join(root, "lua"), runtimeDir: filepath.Join(root, "runtime")}
-	b.vars = luaassets.Vars{RuntimeConfigDir: b.runtimeDir, CountryMMDBPath: filepath.Join(root, "country.mmdb"), CityMMDBPath: filepath.Join(root, "city.mmdb")}
+	b.paths = landing.Paths{RuntimeConfigDir: b.runtimeDir, CountryMMDB: filepath.Join(root, "country.mmdb"), CityMMDB: filepath.Join(root, "city.mmdb")}
 	return b
 }
 
 // start lays out the Lua tree and the rules, runs each row's prepare and
-// starts nginx with one server per row plus the WAF-off server, then
-// waits for every row to be ready.
-func (b *bench) start(rs []row, origin string) error {
-	for _, f := range luaassets.Files(b.vars) {
+// starts nginx with one server per row plus the WAF-off server and the
+// adversarial part's sites, then waits for every row to be ready.
+func (b *bench) start(rs []row, sites []advSite, origin string) error {
+	for _, f := range luaassets.Files(b.paths.LuaReplacer()) {
 		p := filepath.Join(b.luaDir, f.Path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -203,17 +217,17 @@ func (b *bench) start(rs []row, origin string) error {
 			continue
 		}
 		id := len(groups) + 1
-		node := obj{"type": r.node["type"], "config": r.node["config"], "next": obj{r.allowOn: "allow", other(r.allowOn): "block"}}
-		groups = append(groups, obj{"id": id, "name": r.name, "enabled": true, "is_global": false, "graph": obj{
-			"entry": "start",
-			"nodes": obj{
-				"start": obj{"type": "start", "config": obj{}, "next": obj{"next": "n"}},
-				"n":     node,
-				"allow": obj{"type": "allow", "config": obj{}},
-				"block": obj{"type": "block", "config": obj{"status_code": 403, "response_body": "blocked"}},
-			},
-		}})
-		bindings = append(bindings, obj{"route_id": i + 1, "site_name": site, "rule_group_ids": []int{id}})
+		groups = append(groups, obj{"id": id, "name": r.name, "enabled": true, "is_global": false, "graph": checkGraph(r.node, r.allowOn)})
+		bindings = append(bindings, obj{"route_id": len(bindings) + 1, "site_name": site, "rule_group_ids": []int{id}})
+	}
+	for _, st := range sites {
+		servers.WriteString(st.server(b.luaDir))
+		if st.graph == nil {
+			continue
+		}
+		id := len(groups) + 1
+		groups = append(groups, obj{"id": id, "name": st.site, "enabled": true, "is_global": false, "graph": st.graph})
+		bindings = append(bindings, obj{"route_id": len(bindings) + 1, "site_name": st.site, "rule_group_ids": []int{id}})
 	}
 	doc, err := json.Marshal(obj{"rule_groups": groups, "bindings": bindings})
 	if err != nil {
@@ -246,6 +260,10 @@ func (b *bench) start(rs []row, origin string) error {
     proxy_set_header Connection "";
     # One connection for a whole measurement: no reconnects in the figures.
     keepalive_requests 100000000;
+    # What the agent renders by default (the server's fresh-install
+    # openresty_config): request and header lines of up to 16 KB.
+    large_client_header_buffers 4 16k;
+    client_max_body_size 64m;
     server {
         listen 80;
         server_name waf-off.bench;
@@ -265,6 +283,25 @@ func (b *bench) start(rs []row, origin string) error {
 		return fmt.Errorf("nginx error log:\n%s", log)
 	}
 	return nil
+}
+
+// checkGraph is start → node, handle allowOn → allow, the other → block.
+func checkGraph(node obj, allowOn string) obj {
+	return graph(obj{"type": node["type"], "config": node["config"], "next": obj{allowOn: "allow", other(allowOn): "block"}})
+}
+
+// graph is start → n, with allow and block(403, "blocked") nodes for n's
+// edges.
+func graph(n obj) obj {
+	return obj{
+		"entry": "start",
+		"nodes": obj{
+			"start": obj{"type": "start", "config": obj{}, "next": obj{"next": "n"}},
+			"n":     n,
+			"allow": obj{"type": "allow", "config": obj{}},
+			"block": obj{"type": "block", "config": obj{"status_code": 403, "response_body": "blocked"}},
+		},
+	}
 }
 
 func other(handle string) string {
@@ -329,12 +366,12 @@ func (b *bench) writeGeo() error {
 	if why := geodb.Available(); why != "" {
 		return errors.New(why)
 	}
-	for i, db := range []struct{ path, typ string }{{b.vars.CityMMDBPath, "GeoLite2-City"}, {b.vars.CountryMMDBPath, "GeoLite2-Country"}} {
+	for i, db := range []struct{ path, typ string }{{b.paths.CityMMDB, "GeoLite2-City"}, {b.paths.CountryMMDB, "GeoLite2-Country"}} {
 		if err := geodb.Write(db.path, geodb.Options{Type: db.typ, Epoch: 1}, geodb.Synthetic(400_000, uint64(i+1), geoCountries)); err != nil {
 			return err
 		}
 	}
-	builder := &geosnap.Builder{Dir: b.runtimeDir, CityPath: b.vars.CityMMDBPath, CountryPath: b.vars.CountryMMDBPath}
+	builder := &geosnap.Builder{Dir: b.runtimeDir, CityPath: b.paths.CityMMDB, CountryPath: b.paths.CountryMMDB}
 	began := time.Now()
 	if _, err := builder.Build(false); err != nil {
 		return err

@@ -18,8 +18,9 @@ local LUA_FILES = {
     "observability/init.lua", "observability/log.lua", "observability/read.lua",
     "pow/challenge.lua", "pow/runtime.lua", "pow/verify.lua",
     "sw/challenge.lua", "sw/runtime.lua",
-    "waf/aho.lua", "waf/check.lua", "waf/geo.lua", "waf/ip_groups.lua", "waf/ipmatch.lua",
-    "waf/ranges.lua", "waf/runtime.lua", "waf/security.lua", "waf/ua.lua",
+    "waf/aho.lua", "waf/check.lua", "waf/cmdi.lua", "waf/code.lua", "waf/decode.lua", "waf/geo.lua", "waf/ip_groups.lua",
+    "waf/ipmatch.lua", "waf/lists.lua", "waf/paths.lua", "waf/ranges.lua", "waf/regex.lua", "waf/runtime.lua", "waf/security.lua",
+    "waf/sqli.lua", "waf/ua.lua", "waf/xss.lua",
 }
 
 -- Files read at request time that exist only when a feature is on: a

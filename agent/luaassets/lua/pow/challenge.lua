@@ -1,5 +1,5 @@
 -- make-challenge endpoint (DATAPLANE 6.2, 6.3): issues a challenge and
--- answers the challenge page.
+-- answers the challenge page, within a per-client issuing limit.
 --
 -- The pow node hands its config over either in ngx.ctx (a direct request to
 -- this URL, walked in the same request) or, after the internal redirect from
@@ -9,9 +9,22 @@ local cjson = require("cjson.safe")
 local pow = require("pow.runtime")
 
 local ngx = ngx
+local ceil = math.ceil
 local concat = table.concat
+local format = string.format
 local gsub = string.gsub
 local type = type
+
+-- Pending challenges share one dict, whose LRU eviction would drop the
+-- oldest, another visitor's, once it is full. Each entry is small and of
+-- one size (about 200 bytes), and one client (an IPv4 address, an IPv6
+-- /64) is issued at most ISSUE_LIMIT per fixed ISSUE_WINDOW seconds: with
+-- the default challenge_ttl of 300 s that is at most 300 pending entries,
+-- under 2% of the 10 MB dict. 60 a minute is far beyond what people
+-- behind one address need (a challenge per navigation until one is
+-- solved), carrier-grade NAT included.
+local ISSUE_LIMIT = 60
+local ISSUE_WINDOW = 60
 
 local function fail(reason)
     ngx.log(ngx.ERR, "openflare pow make-challenge: ", reason)
@@ -98,7 +111,28 @@ local challenges = ngx.shared.openflare_pow_challenges
 if not challenges then
     return fail("lua_shared_dict openflare_pow_challenges is missing")
 end
-local id, err = pow.random_hex(16)
+
+local lang = pow.lang()
+local counter = "issued:" .. pow.client_net(ngx.var.remote_addr, 32)
+local issued, ierr = challenges:incr(counter, 1, 0, ISSUE_WINDOW)
+if not issued then
+    return fail("cannot count the challenges issued: " .. tostring(ierr))
+end
+if issued > ISSUE_LIMIT then
+    ngx.status = ngx.HTTP_TOO_MANY_REQUESTS
+    ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+    ngx.header["Cache-Control"] = "no-store"
+    ngx.header["Retry-After"] = format("%d", ceil(challenges:ttl(counter) or ISSUE_WINDOW))
+    ngx.print(pow.texts(lang).busy, "\n")
+    return ngx.exit(ngx.HTTP_OK)
+end
+
+local host_key, err = pow.host_key(ngx.var.host or "")
+if not host_key then
+    return fail(err)
+end
+local id
+id, err = pow.random_hex(16)
 if not id then
     return fail(err)
 end
@@ -112,16 +146,16 @@ local record = cjson.encode({
     data = data,
     difficulty = cfg.difficulty,
     -- Always the host of this request, never a client-supplied one.
-    host = ngx.var.host or "",
-    redir = arg(args, "redir") or "",
+    host = host_key,
     session_ttl = cfg.session_ttl,
+    session_max_lifetime = cfg.session_max_lifetime,
 })
 local ok, serr = challenges:set(id, record, cfg.challenge_ttl)
 if not ok then
     return fail("cannot store the challenge: " .. tostring(serr))
 end
 
-local body = page(pow.lang(), {
+local body = page(lang, {
     challenge = { id = id, randomData = data, method = cfg.algorithm },
     rules = { difficulty = cfg.difficulty, algorithm = cfg.algorithm },
 })

@@ -1,6 +1,6 @@
 -- pass-challenge endpoint (DATAPLANE 6.5): checks a solved challenge,
--- consumes it, opens a session for the challenge's host and sends the
--- visitor back to the page it asked for (on this host only).
+-- consumes it, opens a session for the challenge's host at its difficulty
+-- and sends the visitor back to the page it asked for (on this host only).
 
 local cjson = require("cjson.safe")
 local pow = require("pow.runtime")
@@ -51,7 +51,7 @@ if type(raw) ~= "string" then
     return reply(410, "challenge expired or not found")
 end
 local record = cjson.decode(raw)
-if type(record) ~= "table" or type(record.data) ~= "string" then
+if type(record) ~= "table" or type(record.data) ~= "string" or type(record.host) ~= "string" then
     return reply(ngx.HTTP_INTERNAL_SERVER_ERROR, "invalid challenge data")
 end
 
@@ -73,11 +73,6 @@ end
 
 -- Single use, even for two answers racing each other: only the request
 -- that adds the marker gets a session.
-local ttl = tonumber(record.session_ttl) or 600
-if ttl < 1 then
-    ttl = 600
-end
-ttl = floor(ttl)
 local claimed = challenges:add("used:" .. id, true, 60)
 challenges:delete(id)
 if not claimed then
@@ -85,22 +80,15 @@ if not claimed then
 end
 
 local token, terr = pow.random_hex(20)
-if not token then
+local limits = pow.normalise(record)
+local opened = token
+if token then
+    opened, terr = pow.open_session(token, record.host, difficulty, limits.session_ttl, limits.session_max_lifetime)
+end
+if not opened then
     ngx.log(ngx.ERR, "openflare pow pass-challenge: ", terr)
     return reply(ngx.HTTP_INTERNAL_SERVER_ERROR, "PoW verification unavailable")
 end
-local sessions = ngx.shared.openflare_pow_sessions
-if not sessions then
-    ngx.log(ngx.ERR, "openflare pow pass-challenge: lua_shared_dict openflare_pow_sessions is missing")
-    return reply(ngx.HTTP_INTERNAL_SERVER_ERROR, "PoW verification unavailable")
-end
-local host = type(record.host) == "string" and record.host ~= "" and record.host or (ngx.var.host or "")
-local stored, serr = sessions:set(host .. ":" .. token, "1", ttl)
-if not stored then
-    ngx.log(ngx.ERR, "openflare pow pass-challenge: cannot store the session: ", serr)
-    return reply(ngx.HTTP_INTERNAL_SERVER_ERROR, "PoW verification unavailable")
-end
-pow.set_cookie(token, ttl)
 
 local redir = arg(args, "redir")
 if redir and redir ~= "" then

@@ -82,6 +82,7 @@ end
 -- Starts the snapshot refresher in this worker (only workers whose rules
 -- have a geo_match node need it).
 _M.start = snap.start
+_M.publish = snap.publish
 
 -- Reports whether the candidate (ipmatch.parse, or false) is in a country
 -- or region the node lists. No snapshot yet, or one compiled without any

@@ -39,6 +39,7 @@ local DICT_NAME = "openflare_waf_ip_groups"
 -- every worker; a tick costs one small read by one worker.
 local TICK_SECONDS = 1
 local LOCK_SECONDS = 0.9
+local RETRY_SECONDS = 0.1
 
 -- The header. Integers are uint32 in the host's byte order; offsets are in
 -- bytes from the start.
@@ -223,6 +224,9 @@ function _M.new(spec)
     -- A version whose file is malformed although its label matches: not
     -- loaded again until the version changes.
     local broken_version
+    -- The version a lookup last failed to adopt, and when: a lookup tries
+    -- again at most every RETRY_SECONDS, not on every request.
+    local failed_version, failed_at = nil, 0
 
     local function too_large(size)
         return "size " .. tostring(size) .. " exceeds the maximum of " .. max_bytes .. " bytes"
@@ -415,6 +419,7 @@ function _M.new(spec)
         end
         local next_state, err, broken = load(version)
         if not next_state then
+            failed_version, failed_at = version, ngx.now()
             if broken then
                 broken_version = version
             end
@@ -430,7 +435,7 @@ function _M.new(spec)
         state = next_state
         adopted_version = version
         -- No request is inside a lookup now: lookups never yield, and this
-        -- timer runs between them.
+        -- runs between them (in the timer, or before a lookup).
         if old then
             release(old.blob)
         end
@@ -478,10 +483,39 @@ function _M.new(spec)
         return true
     end
 
+    -- Publishes the snapshot on disk at once: the agent asks for it on its
+    -- self-test socket after it landed one (DATAPLANE 3), so no worker
+    -- waits for the lock holder's next tick. Returns the version published,
+    -- or nil and why not.
+    function M.publish()
+        local dict = ngx.shared[DICT_NAME]
+        if not dict then
+            return nil, "lua_shared_dict " .. DICT_NAME .. " is not declared"
+        end
+        local ok, err = pcall(refresh, dict)
+        if not ok then
+            return nil, what .. " refresh failed: " .. tostring(err)
+        end
+        return dict:get(spec.version_key)
+    end
+
     -- Reports whether the candidate (ipmatch.parse) belongs to any set
     -- named in keys (an absent, null or non-list value names none).
-    -- Missing or disabled sets never match.
+    -- Missing or disabled sets never match. A version published since this
+    -- worker's last adoption is adopted first: one shared-dict read per
+    -- lookup makes a snapshot the agent announced (publish) live in every
+    -- worker at its next request, instead of at its next tick.
     function M.match(keys, cand)
+        local dict = ngx.shared[DICT_NAME]
+        local version = dict and dict:get(spec.version_key)
+        if version and version ~= adopted_version and version ~= broken_version
+            and (version ~= failed_version or ngx.now() - failed_at >= RETRY_SECONDS) then
+            local ok, err = pcall(adopt, dict)
+            if not ok then
+                failed_version, failed_at = version, ngx.now()
+                ngx.log(ngx.ERR, "openflare waf: ", what, " adoption failed: ", err)
+            end
+        end
         return match_in(state, keys, cand)
     end
 

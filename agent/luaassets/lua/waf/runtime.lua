@@ -13,8 +13,6 @@ local cjson = require("cjson.safe")
 local ipmatch = require("waf.ipmatch")
 local ip_groups = require("waf.ip_groups")
 local geo = require("waf.geo")
-local ua = require("waf.ua")
-local security = require("waf.security")
 
 local ngx = ngx
 local find = string.find
@@ -49,6 +47,22 @@ local init_error = "init() has not run in this worker"
 
 -- Compiled ips+cidrs matchers per ip_match node config.
 local node_matchers = setmetatable({}, { __mode = "k" })
+
+-- The modules of the ua_check and security_check nodes build their
+-- automata and word sets as they load, some 8 ms of every new worker's
+-- start at each reload: they load with the first rules that have such a
+-- node (compile_checks, from init), so a config without one never pays.
+local CHECKER_MODULES = { ua_check = "waf.ua", security_check = "waf.security" }
+local checkers = {}
+
+local function checker(node_type)
+    local m = checkers[node_type]
+    if m == nil then
+        m = require(CHECKER_MODULES[node_type])
+        checkers[node_type] = m
+    end
+    return m
+end
 
 local function list(v)
     if type(v) == "table" then
@@ -127,9 +141,11 @@ local function load_rules()
 end
 
 -- Compiles every ua_check/security_check node of the groups that can run,
--- once per worker when the rules load. A node that does not compile (an
--- invalid custom PCRE) is logged here and fails closed when a request
--- reaches it. Returns whether any of those groups has a geo_match node.
+-- and the lists of every pow node, once per worker when the rules load. A
+-- node that does not compile (an invalid custom PCRE) is logged here and
+-- fails closed when a request reaches it; so is what a node left out of its
+-- config (custom patterns over the caps), once per load rather than per
+-- request. Returns whether any of those groups has a geo_match node.
 local function compile_checks(prepared)
     local seen = {}
     local has_geo = false
@@ -143,11 +159,17 @@ local function compile_checks(prepared)
             if type(node) == "table" and node.type == "geo_match" then
                 has_geo = true
             end
-            local m = type(node) == "table" and (node.type == "ua_check" and ua or node.type == "security_check" and security)
-            if m and type(node.config) == "table" then
-                local c = m.compile(node.config)
+            if type(node) == "table" and node.type == "pow" and type(node.config) == "table" then
+                -- So that the entries its lists leave out are logged per load, not on a request.
+                require("pow.runtime").compile(node.config, "rule group " .. g.id .. " node " .. tostring(id))
+            end
+            if type(node) == "table" and CHECKER_MODULES[node.type] and type(node.config) == "table" then
+                local c = checker(node.type).compile(node.config)
                 if c.err then
                     ngx.log(ngx.ERR, "openflare waf rule group ", g.id, " node ", tostring(id), ": ", c.err)
+                end
+                if c.ignored then
+                    ngx.log(ngx.WARN, "openflare waf rule group ", g.id, " node ", tostring(id), ": ", c.ignored)
                 end
             end
         end
@@ -260,7 +282,8 @@ local function walk(group, req)
             end
             handle = "next"
         elseif t == "ua_check" or t == "security_check" then
-            local pass, err = (t == "ua_check" and ua or security).check(config)
+            -- ua_check keeps what it learns of the User-Agent in req.
+            local pass, err = checker(t).check(config, req)
             if pass == nil then
                 return "error", "rule group " .. group.id .. ": node " .. cur .. ": " .. tostring(err)
             end
@@ -342,6 +365,25 @@ local function block(config)
     ngx.header["Content-Type"] = "text/html; charset=utf-8"
     ngx.say(body)
     return ngx.exit(ngx.HTTP_OK)
+end
+
+-- Content handler of the self-test server's snapshot location: the agent
+-- asks after it landed an IP-group or geo snapshot, and the versions on
+-- disk are published at once (DATAPLANE 3), each worker adopting them at
+-- its next lookup. Answers 200 with one "<what> <version>" line each, or
+-- 500 naming what could not be published.
+function _M.publish_snapshots()
+    local lines, failed = {}, false
+    for _, s in ipairs({ { "ip_groups", ip_groups }, { "geo", geo } }) do
+        local version, err = s[2].publish()
+        if err then
+            failed = true
+        end
+        lines[#lines + 1] = s[1] .. " " .. tostring(version or err)
+    end
+    ngx.status = failed and 500 or 200
+    ngx.header["Content-Type"] = "text/plain"
+    ngx.say(table.concat(lines, "\n"))
 end
 
 -- Access-phase entry point. Any Lua error in the decision fails closed.

@@ -2,16 +2,34 @@
 --
 -- compile(config) turns a node config into a checker once per worker (the
 -- runtime calls it for every ua_check node when it loads the rules; a
--- config it has not seen is compiled on first use). check(config) then
--- classifies the trimmed, lower-cased User-Agent in one pass over it (both
--- tables at once) and applies the node's rules in the documented order.
+-- config it has not seen is compiled on first use). check(config, req)
+-- then applies the node's rules in the documented order to the trimmed
+-- User-Agent and its labels, which are worked out once per request, in one
+-- pass over the UA (both tables at once), and kept in req, the walk's
+-- per-request table, for every other ua_check node the request reaches.
 --
--- Custom patterns are PCRE (ngx.re.find, "jo"), matched case-sensitively
--- and unanchored against the original User-Agent, as the server validates
--- them as regular expressions. A pattern PCRE cannot compile makes the node
--- an error, so requests reaching it fail closed.
+-- Custom patterns are Go regexps (the server validates them as such),
+-- matched case-sensitively and unanchored against the trimmed User-Agent by
+-- waf/regex.lua, which gives Go's answer in time linear in the UA: the
+-- node's patterns share one automaton, so they cost one pass over it. A
+-- pattern that engine does not take (Unicode classes such as \p{Greek},
+-- (?i) on most non-ASCII letters, an automaton over its size cap) runs on
+-- PCRE (ngx.re.find, "jo") as before, logged once per worker and load; one
+-- that neither compiles makes the node an error, so requests reaching it
+-- fail closed.
+--
+-- What a request costs is bounded whatever its User-Agent (nginx takes
+-- header lines of up to 16 KB with the rendered config): trimming and
+-- classifying take a fixed number of steps per byte; the automaton one
+-- table read per character once its cache holds the way (3.6 ns a byte
+-- with the JIT), and one pass over the NFA for each step it has not cached
+-- (2 to 4 us for block-list patterns; up to 100 us for one of a thousand
+-- NFA states kept live at once), at most MAX_MATCHED_UA of those per
+-- request. The PCRE patterns, at most MAX_PATTERNS of them, run under a
+-- match limit against User-Agents of at most MAX_MATCHED_UA bytes.
 
 local aho = require("waf.aho")
+local regex = require("waf.regex")
 local bit = require("bit")
 
 local ngx = ngx
@@ -21,8 +39,8 @@ local bor = bit.bor
 local lshift = bit.lshift
 local assert = assert
 local byte = string.byte
-local lower = string.lower
-local match = string.match
+local concat = table.concat
+local sub = string.sub
 local ipairs = ipairs
 local setmetatable = setmetatable
 local tostring = tostring
@@ -35,13 +53,60 @@ local EMPTY = {}
 -- The bytes Lua's %s matches: tab, LF, VT, FF, CR, space.
 local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
 
--- s without leading and trailing white space. Byte tests first: the
--- pattern alone would be tried at every position of the string.
+-- A node keeps its first MAX_PATTERNS non-empty patterns of at most
+-- MAX_PATTERN_BYTES each: the server's own bounds (DATAPLANE 2.1), so a
+-- published config loses nothing, while a hand-written one cannot make a
+-- request run thousands of patterns. Each worker logs what it left out once
+-- per load of the rules; a left-out pattern is absent (it never matches).
+local MAX_PATTERNS = 32
+local MAX_PATTERN_BYTES = 256
+-- PCRE counts the steps of a match attempt against it and gives up past
+-- it: about 0.2 ms of a worker with the JIT, where PCRE's own default (10
+-- million) is 13 ms. A pattern cannot raise it: a limit set in the pattern
+-- only lowers the caller's (lua_regex_match_limit), and of two in a
+-- pattern the lower one holds.
+local MATCH_LIMIT = "(*LIMIT_MATCH=100000)"
+-- The limit alone does not bound a search: PCRE counts afresh at every
+-- position of the subject it tries, and one step can scan the rest of the
+-- subject, so what a pattern can cost grows with the User-Agent (under the
+-- limit above, a pattern that backtracks exponentially spent 200 ms of a
+-- worker on a 16 KB UA, 5 to 8 ms on 512 bytes). So PCRE patterns only see
+-- User-Agents of up to MAX_MATCHED_UA bytes, more than browsers send; a
+-- longer one counts as a match.
+--
+-- The automaton sees the whole User-Agent: 32 block-list patterns cost 58
+-- us on a 16 KB UA once cached, where a cap would block every long UA. What
+-- it has not cached is what costs: a pathological pattern (a[ab]{20}c) on a
+-- fresh random UA makes a step at nearly every byte, 1.5 to 2.3 ms for 512
+-- bytes but 35 to 60 ms for 16 KB. So a search may make at most
+-- MAX_MATCHED_UA steps, which no UA of up to that many bytes can exceed: a
+-- longer one that needs more costs no more than a 512-byte one and counts
+-- as a match, as every longer one did before.
+local MAX_MATCHED_UA = 512
+-- Warms a fresh automaton's cache at compile time with the bytes of common
+-- User-Agents, so the first requests after a load are not the ones to pay
+-- for them (600 us for a Chrome UA and 32 patterns).
+local WARM_UA = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    .. "Chrome/120.0.0.0 Safari/537.36 (Macintosh; Intel Mac OS X 10_15_7) (X11; Linux x86_64; rv:121.0) "
+    .. "Gecko/20100101 Firefox/121.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) Version/17.1 Mobile/15E148 "
+    .. "(Linux; Android 14; Pixel 8) Edg/120.0.2210.91 curl/8.5.0"
+
+-- s without leading and trailing white space, one byte test per byte
+-- removed: a Lua pattern like "^%s*(.-)%s*$" retries its tail at every byte
+-- of a run of inner white space, which is quadratic in the run (half a
+-- second of a worker for "\va", 15 000 spaces, "b").
 local function trim(s)
-    if SPACE[byte(s, 1)] or SPACE[byte(s, -1)] then
-        return match(s, "^%s*(.-)%s*$")
+    local i, j = 1, #s
+    while SPACE[byte(s, i)] do
+        i = i + 1
     end
-    return s
+    while j > i and SPACE[byte(s, j)] do
+        j = j - 1
+    end
+    if i == 1 and j == #s then
+        return s
+    end
+    return sub(s, i, j)
 end
 
 -- Rules in priority order: the first rule with a token that is a substring
@@ -75,6 +140,8 @@ local OSES = {
 -- holds the bits of the tokens ending there, its own and its suffixes'.
 -- Scanning a string once ORs the masks of the states it passes: the set of
 -- tokens it contains, overlapping ones included ("chrome" in "chromedg/").
+-- Its byte classes fold case, so the UA is scanned as if lower-cased
+-- without making a lower-cased copy of it.
 local function build_automaton(tables)
     local bit_of, nbits = {}, 0
     local tokens = {}
@@ -102,7 +169,7 @@ local function build_automaton(tables)
     end
     assert(nbits <= 32, "ua classifier: more than 32 tokens")
 
-    local a = aho.build(tokens)
+    local a = aho.build(tokens, true)
     local mask = {}
     for st = 0, a.nstates - 1 do
         local m = 0
@@ -127,7 +194,7 @@ local function label(rules, seen)
     return "Other"
 end
 
--- The browser and OS labels of s (lower-cased, non-empty), in one pass.
+-- The browser and OS labels of s (trimmed, non-empty), in one pass.
 local function classify(s)
     local a = AUTOMATON
     local cls, ncls, delta, mask = a.cls, a.ncls, a.delta, a.mask
@@ -142,13 +209,17 @@ local function classify(s)
     return label(a.browsers, seen), label(a.oses, seen)
 end
 
--- Exposed for tests: the browser and OS labels of a raw User-Agent.
-function _M.classify(ua)
-    local ual = lower(trim(ua or ""))
-    if ual == "" then
+-- The browser and OS labels of a trimmed User-Agent.
+local function labels(ua)
+    if ua == "" then
         return "Unknown", "Unknown"
     end
-    return classify(ual)
+    return classify(ua)
+end
+
+-- Exposed for tests: the browser and OS labels of a raw User-Agent.
+function _M.classify(ua)
+    return labels(trim(ua or ""))
 end
 
 local function label_set(v)
@@ -184,15 +255,44 @@ function _M.compile(config)
         patterns = {},
     }
     if c.block_custom_ua and type(config.custom_ua_patterns) == "table" then
+        local ignored, taken, names = {}, {}, {}
         for i, p in ipairs(config.custom_ua_patterns) do
             if type(p) == "string" and p ~= "" then
-                -- Compiling (and caching) happens on the first call.
-                local _, _, err = re_find("", p, "jo")
-                if err then
-                    c.err = "ua_check custom_ua_patterns[" .. i .. "] " .. p .. " is not a valid PCRE: " .. tostring(err)
+                local name = "custom_ua_patterns[" .. i .. "]"
+                if #taken == MAX_PATTERNS then
+                    ignored[#ignored + 1] = name .. " and later: over the " .. MAX_PATTERNS .. "-pattern cap"
                     break
                 end
-                c.patterns[#c.patterns + 1] = p
+                if #p > MAX_PATTERN_BYTES then
+                    ignored[#ignored + 1] = name .. ": over the " .. MAX_PATTERN_BYTES .. "-byte cap"
+                else
+                    taken[#taken + 1] = p
+                    names[#taken] = name
+                end
+            end
+        end
+        if #ignored > 0 then
+            c.ignored = "ua_check ignored " .. concat(ignored, "; ")
+        end
+        local m, refused = regex.compile(taken)
+        if #m.groups > 0 then
+            regex.match(m, WARM_UA)
+            c.automaton = m
+        end
+        for k, p in ipairs(taken) do
+            local why = refused[k]
+            if why then
+                local pattern = MATCH_LIMIT .. p
+                -- Compiling (and caching) happens on the first call.
+                local _, _, err = re_find("", pattern, "jo")
+                if err then
+                    c.err = "ua_check " .. names[k] .. " " .. p .. " is not a valid regular expression: " .. why
+                        .. " (PCRE: " .. tostring(err) .. ")"
+                    break
+                end
+                ngx.log(ngx.WARN, "openflare waf ua_check ", names[k], " ", p, " runs on PCRE, under its match limit",
+                    " and on User-Agents of up to ", MAX_MATCHED_UA, " bytes (", why, "); logged once per worker")
+                c.patterns[#c.patterns + 1] = { pattern = pattern, name = names[k], source = p }
             end
         end
     end
@@ -200,18 +300,50 @@ function _M.compile(config)
     return c
 end
 
+-- The request's trimmed User-Agent, read and trimmed once per request.
+local function request_ua(req)
+    local ua = req.ua
+    if not ua then
+        ua = ngx.var.http_user_agent
+        if type(ua) ~= "string" then
+            ua = ""
+        end
+        ua = trim(ua)
+        req.ua = ua
+    end
+    return ua
+end
+
+-- Whether a custom pattern finds ua. One that gives up (the match limit, or
+-- the JIT's stack) counts as a match: the node answers false, as for the
+-- User-Agents the pattern was written to refuse, so a client cannot get
+-- past a pattern by making it give up, nor by making its UA too long to
+-- match (check); a UA that costs a pattern 100 000 steps is no browser's.
+local function pattern_hit(p, ua)
+    local from, _, err = re_find(ua, p.pattern, "jo")
+    if from then
+        return true
+    end
+    if err then
+        if not p.warned then
+            p.warned = true
+            ngx.log(ngx.WARN, "openflare waf ua_check ", p.name, " ", p.source, " gave up on a User-Agent (",
+                err, "), which counts as a match; logged once per worker")
+        end
+        return true
+    end
+    return false
+end
+
 -- Returns true when the request passes, false when it does not, or nil and
--- an error message (the runtime then fails closed).
-function _M.check(config)
+-- an error message (the runtime then fails closed). req is the walk's
+-- per-request table.
+function _M.check(config, req)
     local c = compiled[config] or _M.compile(config)
     if c.err then
         return nil, c.err
     end
-    local ua = ngx.var.http_user_agent
-    if type(ua) ~= "string" then
-        ua = ""
-    end
-    ua = trim(ua)
+    local ua = request_ua(req)
 
     if c.require_ua and ua == "" then
         return false
@@ -219,11 +351,10 @@ function _M.check(config)
 
     local browser, os
     if c.block_common_bots or c.block_abnormal_ua or c.browsers or c.oses then
-        if ua == "" then
-            browser, os = "Unknown", "Unknown"
-        else
-            local ual = lower(ua)
-            browser, os = classify(ual)
+        browser, os = req.ua_browser, req.ua_os
+        if not browser then
+            browser, os = labels(ua)
+            req.ua_browser, req.ua_os = browser, os
         end
     end
 
@@ -234,13 +365,19 @@ function _M.check(config)
         return false
     end
     if c.block_custom_ua then
-        for _, p in ipairs(c.patterns) do
-            local from, _, err = re_find(ua, p, "jo")
-            if from then
+        local m = c.automaton
+        -- nil: more steps than the budget (MAX_MATCHED_UA), a match.
+        if m and regex.match(m, ua, MAX_MATCHED_UA) ~= false then
+            return false
+        end
+        if #c.patterns > 0 then
+            if #ua > MAX_MATCHED_UA then
                 return false
             end
-            if err then
-                return nil, "ua_check custom pattern " .. p .. ": " .. tostring(err)
+            for _, p in ipairs(c.patterns) do
+                if pattern_hit(p, ua) then
+                    return false
+                end
             end
         end
     end

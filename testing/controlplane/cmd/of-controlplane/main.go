@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
 )
 
 func main() {

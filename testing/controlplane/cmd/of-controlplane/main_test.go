@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openflare/openflare-agent/agent/protocol"
-	"github.com/openflare/openflare-agent/testing/controlplane"
-	"github.com/openflare/openflare-agent/testing/testsupport"
+	"openflare/agent/protocol"
+	"openflare/testing/controlplane"
+	"openflare/testing/testsupport"
 )
 
 func TestServeAndClientCommands(t *testing.T) {
