@@ -285,6 +285,11 @@ func queryArgs(n int) string {
 	return strings.Join(args, "&")
 }
 
+// cookies is n clean cookies in one Cookie header.
+func cookies(n int) string {
+	return strings.ReplaceAll(queryArgs(n), "&", "; ")
+}
+
 func gzipped(_ testing.TB, s string) string {
 	var b bytes.Buffer
 	w := gzip.NewWriter(&b)
@@ -339,6 +344,12 @@ func TestSecurityCheckInputs(t *testing.T) {
 		{"SQLi in a second Cookie header",
 			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {"a=1", "id=1' or '1'='1"}}},
 			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {"a=1", "id=1"}}}},
+		{"SQLi in the 1,000th cookie",
+			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {cookies(999) + "; id=1' or '1'='1"}}},
+			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {cookies(999) + "; id=1"}}}},
+		{"SQLi in a cookie escaped once, among clean ones",
+			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {"a=1; id=1%27%20or%20%271%27%3D%271; b=2"}}},
+			secReq{site: "s-sql-injection", header: http.Header{"Cookie": {"a=1; id=it%27s%20fine; b=2"}}}},
 		{"SQLi in the User-Agent",
 			secReq{site: "s-sql-injection", header: http.Header{"User-Agent": {"Mozilla/5.0' or 1=1--"}}},
 			secReq{site: "s-sql-injection", header: http.Header{"User-Agent": {uaChrome}}}},
@@ -401,15 +412,25 @@ func TestSecurityCheckInputs(t *testing.T) {
 		if got := r.secSend(secReq{site: "s-all", header: formHeader(), body: queryArgs(1001)}); got.status != 403 {
 			t.Errorf("1,001 form fields: got %d, want 403", got.status)
 		}
+		if got := r.secSend(secReq{site: "s-all", header: http.Header{"Cookie": {cookies(1000)}}}); got.status != 200 {
+			t.Errorf("1,000 cookies: got %d", got.status)
+		}
+		if got := r.secSend(secReq{site: "s-all", header: http.Header{"Cookie": {cookies(1001)}}}); got.status != 403 {
+			t.Errorf("1,001 cookies: got %d, want 403", got.status)
+		}
 	})
 
 	t.Run("decoding budget", func(t *testing.T) {
 		// Escapes decoded past the application's reading cost a scan each:
 		// in the path, query and headers 16 KiB of them are inspected, more
 		// are refused; "+" alone is free, and the body has only its limit.
-		// Header lines of up to 8 KB here: nginx's defaults.
-		twice := "k=" + strings.Repeat("%2541", 1500) // 4.5 KB decoded once more, 1.5 KB twice
-		once := "k=" + strings.Repeat("%41", 2600)    // 2.6 KB decoded once
+		// Header lines of up to 8 KB here: nginx's defaults. The values
+		// decode to quotes, which the SQL detector must see: a cookie
+		// header no form of which passes the prefilter is never split
+		// (its whole is scanned), and no budget is spent.
+		twice := "k=" + strings.Repeat("%2527", 1500) // 4.5 KB decoded once more, 1.5 KB twice
+		once := "k=" + strings.Repeat("%27", 2600)    // 2.6 KB decoded once
+		clean := "k=" + strings.Repeat("%2541", 1500)
 		for _, c := range []struct {
 			name   string
 			q      secReq
@@ -418,6 +439,7 @@ func TestSecurityCheckInputs(t *testing.T) {
 			{"three cookies escaped twice, 18 KB decoded", secReq{site: "s-all", header: http.Header{"Cookie": {twice, twice, twice}}}, 403},
 			{"two cookies escaped twice, 12 KB decoded", secReq{site: "s-all", header: http.Header{"Cookie": {twice, twice}}}, 200},
 			{"three cookies escaped once, 7.8 KB decoded", secReq{site: "s-all", header: http.Header{"Cookie": {once, once, once}}}, 200},
+			{"three clean cookies escaped twice", secReq{site: "s-all", header: http.Header{"Cookie": {clean, clean, clean}}}, 200},
 			{"a 7.5 KB query value of %2B", secReq{site: "s-all", target: "/?q=" + strings.Repeat("a%2Bb", 1500)}, 200},
 			{"a 40 KB form field escaped twice", secReq{site: "s-all", header: formHeader(), body: "q=" + strings.Repeat("%2541", 8000)}, 200},
 		} {

@@ -252,7 +252,24 @@ func advInputs(buffer int) []input {
 	for _, h := range big {
 		bigName += ", " + h[:strings.IndexByte(h, ':')]
 	}
-	return []input{
+	// A run in every place at once: the request line and three header
+	// lines, the four buffers.
+	everywhere := func(unit, enc string) input {
+		return input{name: fmt.Sprintf("%s runs of %s in the query, User-Agent, Cookie and Referer", kb, unit),
+			target: fill("/?q=", enc, target),
+			header: []string{
+				fill("User-Agent: ", unit, lineMax-2),
+				fill("Cookie: c=", unit, lineMax-2),
+				fill("Referer: http://x/?r=", enc, lineMax-2),
+			}}
+	}
+	quoteArgs := "/?" + strings.Repeat("a='&", min(1000, (target-2)/4)-1) + "a='"
+	extra := []input{
+		everywhere("'", "'"), everywhere("(", "("), everywhere("<", "<"), everywhere(";", "%3B"),
+		{name: fmt.Sprintf("%s query: %d arguments a='", kb, strings.Count(quoteArgs, "&")+1), target: quoteArgs},
+		{name: kb + " Cookie: 1,000 cookies a='", header: []string{"Cookie: " + strings.Repeat("a='; ", 999) + "a='"}},
+	}
+	return append([]input{
 		{name: "GET /, a Chrome User-Agent"},
 		{name: kb + " query: a run of %25", target: fill("/?q=", "%25", target)},
 		{name: kb + ` query: runs of \ and %5C`, target: fill("/?q=", `\\%5C`, target)},
@@ -271,7 +288,7 @@ func advInputs(buffer int) []input {
 		{name: fmt.Sprintf("8 KB XML body, nested %d deep", xmlDepth), ctype: "application/xml",
 			body: xmlHead + strings.Repeat("<a>", xmlDepth) + strings.Repeat("</a>", xmlDepth)},
 		{name: "8 KB form body: runs of %25", ctype: "application/x-www-form-urlencoded", body: form.String()},
-	}
+	}, extra...)
 }
 
 // meter reads what the workers have run, in nanoseconds.

@@ -18,9 +18,9 @@
 -- waf/xss.lua, waf/cmdi.lua and waf/paths.lua; all are linear in their
 -- input.
 --
--- Caps: 1,000 query arguments, form fields or multipart parts (a request
--- past one is refused: false, never passed unscanned), body_inspect_bytes
--- of body (64 KiB by default; past it the first bytes are inspected, or
+-- Caps: 1,000 query arguments, cookies, form fields or multipart parts
+-- (a request past one is refused: false, never passed unscanned),
+-- body_inspect_bytes of body (64 KiB by default; past it the first bytes are inspected, or
 -- with oversize_body = "refuse" the request gets a 413), 16 KiB of escapes
 -- decoded past the application's reading in the path, query and headers
 -- (DEEP_BUDGET; refused past it). A body in a Content-Encoding other than
@@ -322,7 +322,9 @@ local deep_left = DEEP_BUDGET
 
 local function scan_value(c, allowed, v, name)
     local hit = scan_form(c, allowed, v, name)
-    if hit then
+    if hit or not find(v, "[%%+\192-\239]") then
+        -- nothing for decode.percent_u, component or fold to change: a
+        -- flood of short pieces pays for one search each, not six
         return hit
     end
     local u = decode.percent_u(v)
@@ -361,10 +363,10 @@ end
 -- The scratch buffer scan_args copies a query into.
 local scratch, scratch_len = nil, 0
 
--- raw with its separators ("&", and the "=" after each key) turned into
--- a byte no prefilter token has, and the number of "&"-separated pieces.
--- One pass.
-local function neutral(raw)
+-- raw with its separators (sep: "&" or the cookies' ";", and the "="
+-- after each key) turned into a byte no prefilter token has, and the
+-- number of pieces. One pass.
+local function neutral(raw, sep)
     local len = #raw
     if len > scratch_len then
         scratch_len = math.max(len, 4096)
@@ -375,7 +377,7 @@ local function neutral(raw)
     local keyed = false
     for i = 0, len - 1 do
         local b = p[i]
-        if b == 38 then
+        if b == sep then
             pieces = pieces + 1
             keyed = false
             b = 1
@@ -387,6 +389,25 @@ local function neutral(raw)
         scratch[i] = b
     end
     return ffi.string(scratch, len), pieces
+end
+
+-- Whether no form of the separator-neutral s passes the prefilter: s,
+-- decoded rounds more times, %uXXXX and folded. The shortcut of pieces:
+-- no %XX spans a separator, so each piece decoded is a substring of the
+-- whole decoded the same number of times; when no form of the whole
+-- passes the prefilter, no piece's does.
+local function passes_nothing(c, allowed, s, rounds)
+    local bits = prefilter(c.pf, s, allowed)
+    local last = s
+    for _ = 1, rounds do
+        local d = decode.component(last)
+        if d == last then
+            break
+        end
+        bits = bor(bits, prefilter(c.pf, d, allowed))
+        last = d
+    end
+    return bits == 0 and decode.percent_u(s) == s and decode.fold(last) == last
 end
 
 -- Every "k=v" piece of raw: the key and the value as the application
@@ -415,12 +436,10 @@ end
 
 -- Scans a urlencoded string (query or form body), every "k=v" piece's key
 -- and value as the application reads them (decoded once) and decoded
--- further. Shortcut: no %XX spans a separator, so each piece decoded is a
--- substring of the whole string decoded the same number of times (its
--- separators neutralised): when no form of the whole passes the
--- prefilter, no piece's does. Past MAX_ARGS pieces the request is refused
--- either way, unless whole: a string no application splits (a Referer's
--- query) is then scanned as one value. Returns a flag, "refuse", or nil.
+-- further, unless no form of the whole passes the prefilter
+-- (passes_nothing). Past MAX_ARGS pieces the request is refused either
+-- way, unless whole: a string no application splits (a Referer's query)
+-- is then scanned as one value. Returns a flag, "refuse", or nil.
 local function scan_args(c, allowed, raw, whole_past_cap)
     if allowed == 0 then
         return nil
@@ -429,25 +448,14 @@ local function scan_args(c, allowed, raw, whole_past_cap)
         -- one piece, the whole: the shortcut would only scan it twice
         return scan_pieces(c, allowed, raw)
     end
-    local whole, pieces = neutral(raw)
+    local whole, pieces = neutral(raw, 38)
     if pieces > MAX_ARGS then
         if whole_past_cap then
             return scan_value(c, allowed, raw)
         end
         return "refuse"
     end
-    local d1 = decode.component(whole)
-    local bits = prefilter(c.pf, d1, allowed)
-    local last = d1
-    for _ = 1, 2 do
-        local d = decode.component(last)
-        if d == last then
-            break
-        end
-        bits = bor(bits, prefilter(c.pf, d, allowed))
-        last = d
-    end
-    if bits == 0 and decode.percent_u(d1) == d1 and decode.fold(last) == last then
+    if passes_nothing(c, allowed, decode.component(whole), 2) then
         return nil
     end
     return scan_pieces(c, allowed, raw)
@@ -507,18 +515,29 @@ local function scan_header_value(c, h, v)
         return nil
     end
     if h == "cookie" then
-        -- each cookie's name and value
+        -- each cookie's name and value as they are sent (the application
+        -- decodes them, if at all), like the pieces of a query; no
+        -- browser sends a thousand cookies
+        local whole, pieces = neutral(v, 59)
+        if pieces > MAX_ARGS then
+            return "refuse"
+        end
+        if passes_nothing(c, allowed, whole, 2) then
+            return nil
+        end
         local i, len = 1, #v
         while i <= len do
             local semi = find(v, ";", i, true) or len + 1
-            local eq = find(v, "=", i, true)
-            if eq and eq > semi then
-                eq = nil
-            end
-            local k = sub(v, i, (eq or semi) - 1)
-            local hit = scan_value(c, allowed, k) or (eq and scan_value(c, allowed, sub(v, eq + 1, semi - 1), lower(k)))
-            if hit then
-                return hit
+            if semi > i then
+                local eq = find(v, "=", i, true)
+                if eq and eq > semi then
+                    eq = nil
+                end
+                local k = sub(v, i, (eq or semi) - 1)
+                local hit = scan_value(c, allowed, k) or (eq and scan_value(c, allowed, sub(v, eq + 1, semi - 1), lower(k)))
+                if hit then
+                    return hit
+                end
             end
             i = semi + 1
         end
