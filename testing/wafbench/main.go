@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"openflare/agent/geosnap"
@@ -51,7 +50,7 @@ type obj = map[string]any
 
 // bench is the node under measurement: its directories and its nginx.
 type bench struct {
-	tb         *programTB
+	tb         *benchkit.ProgramTB
 	luaDir     string
 	runtimeDir string
 	paths      landing.Paths
@@ -110,8 +109,8 @@ func main() {
 }
 
 func live() int {
-	tb := &programTB{}
-	defer tb.close()
+	tb := benchkit.NewProgramTB("openflare-wafbench")
+	defer tb.Close()
 	origin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		benchkit.Fatal(err)
@@ -178,7 +177,7 @@ func live() int {
 
 func rowHost(i int) string { return fmt.Sprintf("row%d.bench", i) }
 
-func newBench(tb *programTB) *bench {
+func newBench(tb *benchkit.ProgramTB) *bench {
 	root := tb.TempDir()
 	b := &bench{tb: tb, luaDir: filepath.Join(root, "lua"), runtimeDir: filepath.Join(root, "runtime")}
 	b.paths = landing.Paths{RuntimeConfigDir: b.runtimeDir, CountryMMDB: filepath.Join(root, "country.mmdb"), CityMMDB: filepath.Join(root, "city.mmdb")}
@@ -480,40 +479,4 @@ func closedLoop(host, path string, n int) []time.Duration {
 		}
 	}
 	return slices.Concat(out...)
-}
-
-// programTB lets this program use the test helpers of testing/nginxtest:
-// a failure ends the program (benchkit.Fatal), temp dirs and cleanups are
-// kept until close. The helpers call only the methods defined here.
-type programTB struct {
-	testing.TB
-	dirs     []string
-	cleanups []func()
-}
-
-func (p *programTB) Helper()                   {}
-func (p *programTB) Fatal(args ...any)         { benchkit.Fatal(errors.New(fmt.Sprint(args...))) }
-func (p *programTB) Fatalf(f string, a ...any) { benchkit.Fatal(fmt.Errorf(f, a...)) }
-func (p *programTB) Skip(args ...any)          { p.Fatal(args...) }
-func (p *programTB) Skipf(f string, a ...any)  { p.Fatalf(f, a...) }
-func (p *programTB) Cleanup(f func())          { p.cleanups = append(p.cleanups, f) }
-
-func (p *programTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "openflare-wafbench-")
-	if err != nil {
-		benchkit.Fatal(err)
-	}
-	// nginx workers run as another user when this runs as root.
-	os.Chmod(dir, 0o755)
-	p.dirs = append(p.dirs, dir)
-	return dir
-}
-
-func (p *programTB) close() {
-	for _, f := range slices.Backward(p.cleanups) {
-		f()
-	}
-	for _, d := range p.dirs {
-		os.RemoveAll(d)
-	}
 }

@@ -73,8 +73,8 @@ func main() {
 }
 
 func live() int {
-	tb := &programTB{}
-	defer tb.close()
+	tb := benchkit.NewProgramTB("openflare-wafcorpus")
+	defer tb.Close()
 	began := time.Now()
 	cats, err := loadCorpus()
 	if err != nil {

@@ -9,10 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"testing"
 
 	"openflare/agent/landing"
 	"openflare/agent/luaassets"
@@ -182,7 +180,7 @@ func serveOrigin(c net.Conn) {
 // whose graph checks the nine flags one node each, in security_check's
 // own order, and names in its 403 the first that fires: the same
 // verdicts, with the reason.
-func startOurs(tb *programTB, origin string) (*nginxtest.Server, error) {
+func startOurs(tb *benchkit.ProgramTB, origin string) (*nginxtest.Server, error) {
 	root := tb.TempDir()
 	luaDir, runtimeDir := filepath.Join(root, "lua"), filepath.Join(root, "runtime")
 	paths := landing.Paths{RuntimeConfigDir: runtimeDir, CountryMMDB: filepath.Join(root, "country.mmdb"), CityMMDB: filepath.Join(root, "city.mmdb")}
@@ -274,7 +272,7 @@ var securityFlags = []string{"path_traversal", "file_inclusion", "sql_injection"
 
 // startCRS starts nginx with ModSecurity and the Core Rule Set in front
 // of the same origin.
-func startCRS(tb *programTB, origin string) (*nginxtest.Server, error) {
+func startCRS(tb *benchkit.ProgramTB, origin string) (*nginxtest.Server, error) {
 	if why := crsMissing(); why != "" {
 		return nil, errors.New(why)
 	}
@@ -304,39 +302,3 @@ func startCRS(tb *programTB, origin string) (*nginxtest.Server, error) {
 
 // obj is a JSON object literal.
 type obj = map[string]any
-
-// programTB lets this program use the test helpers of testing/nginxtest,
-// as testing/wafbench's does: a failure ends the program, temp dirs and
-// cleanups are kept until close.
-type programTB struct {
-	testing.TB
-	dirs     []string
-	cleanups []func()
-}
-
-func (p *programTB) Helper()                   {}
-func (p *programTB) Fatal(args ...any)         { benchkit.Fatal(errors.New(fmt.Sprint(args...))) }
-func (p *programTB) Fatalf(f string, a ...any) { benchkit.Fatal(fmt.Errorf(f, a...)) }
-func (p *programTB) Skip(args ...any)          { p.Fatal(args...) }
-func (p *programTB) Skipf(f string, a ...any)  { p.Fatalf(f, a...) }
-func (p *programTB) Cleanup(f func())          { p.cleanups = append(p.cleanups, f) }
-
-func (p *programTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "openflare-wafcorpus-")
-	if err != nil {
-		benchkit.Fatal(err)
-	}
-	// nginx workers run as another user when this runs as root.
-	os.Chmod(dir, 0o755)
-	p.dirs = append(p.dirs, dir)
-	return dir
-}
-
-func (p *programTB) close() {
-	for _, f := range slices.Backward(p.cleanups) {
-		f()
-	}
-	for _, d := range p.dirs {
-		os.RemoveAll(d)
-	}
-}
