@@ -24,18 +24,7 @@ local concat = table.concat
 
 local _M = {}
 
--- A byte class as an array over 0-255 (array lookups are what the JIT
--- makes fastest).
-local function byteset(list)
-    local t = {}
-    for b = 0, 255 do
-        t[b] = false
-    end
-    for _, b in ipairs(list or {}) do
-        t[b] = true
-    end
-    return t
-end
+local byteset = require("waf.lists").byteset
 
 -- Commands an attacker runs, never English words.
 local STRONG = {}

@@ -21,18 +21,7 @@ for b = 0, 255 do
     DIGIT[b] = b >= 48 and b <= 57
 end
 
--- A byte class as an array over 0-255 (array lookups are what the JIT
--- makes fastest).
-local function byteset(list)
-    local t = {}
-    for b = 0, 255 do
-        t[b] = false
-    end
-    for _, b in ipairs(list or {}) do
-        t[b] = true
-    end
-    return t
-end
+local byteset = require("waf.lists").byteset
 
 -- A segment of two or more dots with a separator next to it: ../, /..,
 -- ....// (what is left after a filter removes "../" once), ..;/ (a Tomcat

@@ -30,18 +30,7 @@ local sub = string.sub
 
 local _M = {}
 
--- A byte class as an array over 0-255 (array lookups are what the JIT
--- makes fastest).
-local function byteset(list)
-    local t = {}
-    for b = 0, 255 do
-        t[b] = false
-    end
-    for _, b in ipairs(list or {}) do
-        t[b] = true
-    end
-    return t
-end
+local byteset = require("waf.lists").byteset
 
 -- Lexer output, reused by every pass (nothing yields in between): TT[k] is
 -- the type of token k, TV[k] its lower-cased word (false for non-words).

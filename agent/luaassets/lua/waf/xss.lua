@@ -32,18 +32,7 @@ local lists = require("waf.lists")
 
 local _M = {}
 
--- A byte class as an array over 0-255 (array lookups are what the JIT
--- makes fastest).
-local function byteset(list)
-    local t = {}
-    for b = 0, 255 do
-        t[b] = false
-    end
-    for _, b in ipairs(list or {}) do
-        t[b] = true
-    end
-    return t
-end
+local byteset = require("waf.lists").byteset
 
 -- Elements that run script or load a document whatever their attributes.
 local DANGEROUS_TAGS = {
