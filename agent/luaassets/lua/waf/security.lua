@@ -45,6 +45,7 @@ local gmatch = string.gmatch
 local gsub = string.gsub
 local io_open = io.open
 local lower = string.lower
+local min = math.min
 local sub = string.sub
 local ipairs = ipairs
 local pairs = pairs
@@ -168,51 +169,51 @@ local function build_prefilter(bits)
         end
         mask[st] = m
     end
-    -- Accepting states last, so "accepting?" is one pointer comparison;
-    -- each transition is stored as its target's row offset, and each row
-    -- ends with one more entry: the bits of the tokens ending there.
+    -- Each transition is stored as its target's row offset, and each row
+    -- ends with one more entry: the bits of the tokens ending there (0
+    -- for most).
     local width = ncls + 1
-    local num, n, first_accept = {}, 0, nil
-    for pass = 1, 2 do
-        for _, st in ipairs(order) do
-            if (mask[st] ~= nil) == (pass == 2) then
-                num[st] = n
-                n = n + 1
-            end
-        end
-        if pass == 1 then
-            first_accept = n * width
-        end
+    local num = {}
+    for i, st in ipairs(order) do
+        num[st] = (i - 1) * width
     end
     local tbl = ffi.new("int32_t[?]", nstates * width)
     for _, st in ipairs(order) do
-        local row = num[st] * width
+        local row = num[st]
         for c = 0, ncls - 1 do
-            tbl[row + c] = num[delta[st * ncls + c]] * width
+            tbl[row + c] = num[delta[st * ncls + c]]
         end
         tbl[row + ncls] = mask[st] or 0
     end
-    local base = cast(i32p, tbl)
-    return { cls = cls, tbl = tbl, base = base, accept = base + first_accept, ncls = ncls }
+    return { cls = cls, tbl = tbl, base = cast(i32p, tbl), ncls = ncls }
 end
 
 -- The detector bits of wanted whose tokens s contains. The state is a
 -- pointer to its row: as a Lua number it would be converted to and from a
--- double at every byte, on the loop's critical path. A run of token bytes
--- (a run of quotes) stays on accepting rows: their bits are one load away.
+-- double at every byte, on the loop's critical path. Every byte ORs in its
+-- row's bits, accepting or not: a branch there would leave the compiled
+-- loop for a side trace at each token byte, which made a run of quotes
+-- cost ten times a run of letters. Whether all of wanted is in is asked
+-- once a block.
+local BLOCK = 256
+
 local function prefilter(pf, s, wanted)
-    local cls, base, accept, ncls = pf.cls, pf.base, pf.accept, pf.ncls
+    local cls, base, ncls = pf.cls, pf.base, pf.ncls
     local p = cast(u8p, s)
     local row = base
     local m = 0
-    for i = 0, #s - 1 do
-        row = base + row[cls[p[i]]]
-        if row >= accept then
+    local len = #s
+    local i = 0
+    while i < len do
+        local e = min(i + BLOCK, len)
+        for j = i, e - 1 do
+            row = base + row[cls[p[j]]]
             m = bor(m, row[ncls])
-            if band(m, wanted) == wanted then
-                return wanted
-            end
         end
+        if band(m, wanted) == wanted then
+            return wanted
+        end
+        i = e
     end
     return band(m, wanted)
 end
@@ -322,7 +323,7 @@ local deep_left = DEEP_BUDGET
 
 local function scan_value(c, allowed, v, name)
     local hit = scan_form(c, allowed, v, name)
-    if hit or not find(v, "[%%+\192-\239]") then
+    if hit or decode.plain(v) then
         -- nothing for decode.percent_u, component or fold to change: a
         -- flood of short pieces pays for one search each, not six
         return hit

@@ -282,7 +282,7 @@ local function lex_tokens(s, i, max)
             i = e
         elseif b == B_BACKTICK then
             local e = string_end(s, i, b)
-            n = push(n + 1, "w")
+            n = push(n + 1, "w", "")
             if not e then
                 return n, nil
             end
