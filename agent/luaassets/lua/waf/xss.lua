@@ -439,18 +439,23 @@ end
 
 local function tags(s)
     local len = #s
-    local i = 1
-    while true do
-        local p = find(s, "<", i, true)
-        if not p then
-            return false
-        end
+    local p = find(s, "<", 1, true)
+    while p do
         local e, bad = tag(s, p, len)
         if bad then
             return true
         end
-        i = e > p and e or p + 1
+        if e <= p then
+            e = p + 1
+        end
+        -- the next "<" right there (a run of them) needs no search
+        if byte(s, e) == 60 then
+            p = e
+        else
+            p = find(s, "<", e, true)
+        end
     end
+    return false
 end
 
 detect = function(s, parts)
