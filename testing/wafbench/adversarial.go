@@ -266,6 +266,9 @@ func advInputs(buffer int) []input {
 	quoteArgs := "/?" + strings.Repeat("a='&", min(1000, (target-2)/4)-1) + "a='"
 	extra := []input{
 		everywhere("'", "'"), everywhere("(", "("), everywhere("<", "<"), everywhere(";", "%3B"),
+		// what each detector stops at, interleaved: no run for a loop to
+		// stay on one path through
+		everywhere(`a'b(c<d;e"f`, `a'b(c<d%3Be%22f`),
 		{name: fmt.Sprintf("%s query: %d arguments a='", kb, strings.Count(quoteArgs, "&")+1), target: quoteArgs},
 		{name: kb + " Cookie: 1,000 cookies a='", header: []string{"Cookie: " + strings.Repeat("a='; ", 999) + "a='"}},
 	}

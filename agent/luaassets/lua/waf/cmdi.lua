@@ -58,6 +58,9 @@ for b = 97, 122 do
 end
 WORDCH[95], WORDCH[45], WORDCH[46] = true, true, true -- _ - .
 
+-- shell_word's pieces, reused (nothing yields in between).
+local PARTS = {}
+
 -- The word as a shell reads it at i: a run of word bytes with quotes,
 -- backslashes and empty expansions inside it dropped. Returns the word and
 -- the index after it.
@@ -71,7 +74,7 @@ local function shell_word(s, i)
         return sub(s, i, k - 1), k
     end
     -- the rare word with quoting inside it
-    local parts, n = {}, 0
+    local parts, n = PARTS, 0
     local j = i
     local len = #s
     while j <= len do
