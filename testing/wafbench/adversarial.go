@@ -23,7 +23,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -297,37 +296,13 @@ func advInputs(buffer int) []input {
 // meter reads what the workers have run, in nanoseconds.
 type meter struct{ pids []int }
 
-// settled waits until every worker sleeps in its event loop, so that a
-// request's tail (its log phase, the keep-alive handling) is not counted
-// in the next one, and returns their run time from /proc/<pid>/schedstat,
-// which counts nanoseconds where utime and stime count 10 ms ticks.
+// settled is the workers' run time once they are done (benchkit.SettledRunTime).
 func (m meter) settled() time.Duration {
-	deadline := time.Now().Add(time.Second)
-	for {
-		var sum time.Duration
-		idle := true
-		for _, pid := range m.pids {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil {
-				benchkit.Fatal(err)
-			}
-			state := stat[bytes.LastIndexByte(stat, ')')+2]
-			idle = idle && state == 'S'
-			sched, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-			if err != nil {
-				benchkit.Fatal(fmt.Errorf("the workers' run time: %w", err))
-			}
-			ns, err := strconv.ParseInt(strings.Fields(string(sched))[0], 10, 64)
-			if err != nil {
-				benchkit.Fatal(fmt.Errorf("/proc/%d/schedstat: %w", pid, err))
-			}
-			sum += time.Duration(ns)
-		}
-		if idle || time.Now().After(deadline) {
-			return sum
-		}
-		time.Sleep(20 * time.Microsecond)
+	d, err := benchkit.SettledRunTime(m.pids)
+	if err != nil {
+		benchkit.Fatal(fmt.Errorf("the workers' run time: %w", err))
 	}
+	return d
 }
 
 // client is one keep-alive connection from its own address.

@@ -27,7 +27,9 @@
 // text in /usr/share/doc. Each sample goes into the request a client
 // would send with it (request.go lists the shapes; the category's
 // sample files say which it takes, in turn). Sampling is seeded, so runs
-// on one machine send the same requests.
+// on one machine send the same requests. Then one hostile request, grown
+// from 512 bytes to 8 KB, through each (growth.go): what a WAF's worst
+// input costs it as it grows.
 //
 // -misses CATEGORY (or "all") prints the samples our WAF lets through,
 // or blocks when benign, with what CRS did: the list to work detectors
@@ -144,12 +146,17 @@ func live() int {
 		fmt.Fprintf(os.Stderr, "%-17s %4d sent, %4d refused without a WAF; blocked: ours %5.1f %%, CRS %5.1f %%\n",
 			c.Name, len(c.Samples), row.Refused, pct(row.Ours.Blocked, row.Samples), pct(row.CRS.Blocked, row.Samples))
 	}
+	if rep.Growth, err = growth(targets[0], targets[1], targets[3]); err != nil {
+		benchkit.Fatal(err)
+	}
 	rep.Seconds = time.Since(began).Seconds()
 	if log := oursNginx.ErrorLog(); strings.Contains(log, "lua") {
 		fmt.Fprintf(os.Stderr, "ours: nginx error log has Lua errors (a request that fails closed counts as blocked):\n%s\n", lastLines(log, 20))
 	}
 
 	rep.print(os.Stdout)
+	fmt.Println()
+	printGrowth(os.Stdout, rep.Growth)
 	if *jsonOut != "" {
 		if err := rep.write(*jsonOut); err != nil {
 			benchkit.Fatal(err)

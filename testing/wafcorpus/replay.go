@@ -6,11 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"openflare/testing/benchkit"
 )
 
 // A target is one server of the comparison.
@@ -37,7 +36,7 @@ func (a answer) passed() bool { return a.status == http.StatusOK && a.body == or
 
 // run sends reqs and measures the workers' CPU meanwhile.
 func (t *target) run(reqs [][]byte) (run, error) {
-	c0, err := cpuTime(t.pids)
+	c0, err := benchkit.RunTime(t.pids)
 	if err != nil {
 		return run{}, err
 	}
@@ -45,35 +44,11 @@ func (t *target) run(reqs [][]byte) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
-	c1, err := cpuTime(t.pids)
+	c1, err := benchkit.RunTime(t.pids)
 	if err != nil {
 		return run{}, err
 	}
 	return run{answers: answers, cpu: c1 - c0}, nil
-}
-
-// cpuTime is the CPU time pids have used, from /proc/<pid>/schedstat (in
-// nanoseconds): benchkit.CPUTime counts 10 ms ticks, too coarse for a
-// category of a few dozen requests. A worker that is gone crashed, which
-// the figures must not hide.
-func cpuTime(pids []int) (time.Duration, error) {
-	var sum time.Duration
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			return 0, fmt.Errorf("nginx worker %d: %w", pid, err)
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, fmt.Errorf("nginx worker %d: empty schedstat", pid)
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("nginx worker %d: schedstat: %w", pid, err)
-		}
-		sum += time.Duration(ns)
-	}
-	return sum, nil
 }
 
 // replay sends every request to addr over n keep-alive connections and

@@ -18,6 +18,7 @@ type report struct {
 	Rounds     int               `json:"rounds"`
 	Versions   map[string]string `json:"versions"`
 	Categories []categoryResult  `json:"categories"`
+	Growth     []growthPoint     `json:"growth"`
 }
 
 type categoryResult struct {

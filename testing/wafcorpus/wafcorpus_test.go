@@ -467,3 +467,24 @@ func decodeAs(s Sample, v string) string {
 	}
 	return d
 }
+
+// The growth series' requests fit nginx's default 8 KB request line, each
+// a bigger one than the last, and carry the run whole, escaped only where
+// a request line needs it.
+func TestGrowthRequests(t *testing.T) {
+	for _, unit := range growthUnits {
+		last := 0
+		for _, n := range growthSizes {
+			line, _, _ := parse(t, growthRequest(unit, n))
+			if len(line)+2 > 8192 || len(line) <= last {
+				t.Errorf("%q, %d: a request line of %d bytes after %d", unit, n, len(line), last)
+			}
+			last = len(line)
+			value := strings.TrimSuffix(strings.TrimPrefix(line, "GET /search?q="), " HTTP/1.1")
+			enc := strings.NewReplacer(";", "%3B", `"`, "%22").Replace(unit)
+			if strings.ReplaceAll(value, enc, "") != "" || strings.ContainsAny(value, `;" `) {
+				t.Errorf("%q, %d: value %.40q... is not the run", unit, n, value)
+			}
+		}
+	}
+}
