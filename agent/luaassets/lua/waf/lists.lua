@@ -16,8 +16,6 @@ local i32p = ffi.typeof("const int32_t *")
 
 local _M = {}
 
--- A matcher for words (lower-case): each row of its table is the state's
--- transitions as row offsets, then its output's number (0: none).
 -- A byte class as an array over 0-255 (array lookups are what the JIT
 -- makes fastest); the detectors' byte tests.
 function _M.byteset(list)
@@ -31,6 +29,8 @@ function _M.byteset(list)
     return t
 end
 
+-- A matcher for words (lower-case): each row of its table is the state's
+-- transitions as row offsets, then its output's number (0: none).
 function _M.new(words)
     local a = aho.build(words, true)
     local ncls, delta, order, nstates = a.ncls, a.delta, a.order, a.nstates

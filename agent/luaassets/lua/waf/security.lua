@@ -325,7 +325,7 @@ local function scan_value(c, allowed, v, name)
     local hit = scan_form(c, allowed, v, name)
     if hit or decode.plain(v) then
         -- nothing for decode.percent_u, component or fold to change: a
-        -- flood of short pieces pays for one search each, not six
+        -- flood of short pieces pays for one pass each, not six
         return hit
     end
     local u = decode.percent_u(v)
