@@ -57,6 +57,12 @@ func startUABoundsRig(t *testing.T) *rig {
 		backtracking = append(backtracking, fmt.Sprintf("(a+)+$|zq%d", i))
 	}
 	nodes["backtrack32"] = obj{"block_custom_ua": true, "custom_ua_patterns": backtracking}
+	// Hundreds of NFA states live at once, in eleven automata.
+	wide := []string{"(a+)+$"}
+	for i := range 31 {
+		wide = append(wide, fmt.Sprintf("a[ab]{0,600}c%d", i))
+	}
+	nodes["wide32"] = obj{"block_custom_ua": true, "custom_ua_patterns": wide}
 
 	var groups, bindings []obj
 	var servers strings.Builder
@@ -282,6 +288,27 @@ func TestUACheckBounds(t *testing.T) {
 				t.Errorf("thrash with a 16 KB UA cost the workers %v, want < 20 ms", cpu)
 			}
 			t.Logf("thrash with a 16 KB UA: %v of worker CPU", cpu)
+		}
+	})
+
+	t.Run("automata that keep hundreds of NFA states live share one budget", func(t *testing.T) {
+		expect("wide32", chromeUA, 200)
+		rnd := rand.New(rand.NewPCG(6, 6))
+		for range 3 {
+			b := make([]byte, 512)
+			for i := range b {
+				b[i] = "ab"[rnd.IntN(2)]
+			}
+			b[len(b)-1] = 'b' // (a+)+$ does not match it, nor does any other
+			got, cpu := r.rawUARunTime("wide32", string(b))
+			if got.status != 403 {
+				t.Errorf("wide32 with a fresh 512-byte UA of a and b: got %d, want 403 (over the budget)", got.status)
+			}
+			// Each of the eleven automata making its 512 steps took 450 ms.
+			if cpu > 20*time.Millisecond {
+				t.Errorf("wide32 with a fresh 512-byte UA cost the workers %v, want < 20 ms", cpu)
+			}
+			t.Logf("wide32 with a fresh 512-byte UA: %v of worker CPU", cpu)
 		}
 	})
 

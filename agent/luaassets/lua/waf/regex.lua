@@ -42,6 +42,7 @@ local band, bor, bnot = bit.band, bit.bor, bit.bnot
 local find = string.find
 local match = string.match
 local sub = string.sub
+local huge = math.huge
 
 local ok_new, new_tab = pcall(require, "table.new")
 if not ok_new then
@@ -658,7 +659,7 @@ local marks, gen, stack = {}, 0, {}
 -- reachable.
 local function walk(g, kernel, ctx, chars)
     local op, x, y = g.op, g.x, g.y
-    local sp = 0
+    local sp, nc = 0, #chars
     for k = #kernel, 1, -1 do
         sp = sp + 1
         stack[sp] = kernel[k]
@@ -670,7 +671,8 @@ local function walk(g, kernel, ctx, chars)
             marks[pc] = gen
             local o = op[pc]
             if o == CHAR then
-                chars[#chars + 1] = pc
+                nc = nc + 1
+                chars[nc] = pc
             elseif o == SPLIT then
                 stack[sp + 1], stack[sp + 2] = y[pc], x[pc]
                 sp = sp + 2
@@ -779,35 +781,41 @@ local function start(g)
     return g.start
 end
 
--- The transition of st on class c, computed and cached.
+-- The transition of st on class c, computed and cached, and what computing
+-- it cost: the NFA states it went through.
 local function step(g, st, c)
     local kind = g.kind[c]
     local chars = closure(g, st, kind)
-    local nx = FOUND
+    local nx, cost = FOUND, #st.kernel
     if chars ~= true then
         local x, y, member = g.x, g.y, g.member
         gen = gen + 1
-        local kernel, sum = {}, 0
-        for k = 1, #chars do
+        local nc = #chars
+        local kernel, n, sum = new_tab(nc, 0), 0, 0
+        for k = 1, nc do
             local pc = chars[k]
             local to = x[pc]
             if member[y[pc]][c] and marks[to] ~= gen then
                 marks[to] = gen
-                kernel[#kernel + 1] = to
+                n = n + 1
+                kernel[n] = to
                 sum = sum + weight[to]
             end
         end
         nx = state(g, kernel, kind, sum)
+        cost = cost + nc
     end
     st[c] = nx
-    return nx
+    return nx, cost
 end
 
 -- Builds a matcher of prog (entry at prog's last instruction).
 local function build(prog, entry)
     local g = { op = prog.op, x = prog.x, y = prog.y, entry = entry }
+    -- marks too is filled in order, to keep it in the array part
     for pc = #weight + 1, prog.n do
         weight[pc] = (pc * 2654435761) % 2147483629 + 1
+        marks[pc] = 0
     end
     g.ascii, g.hi_start, g.hi_cls, g.member, g.kind, g.ncls = classes(prog)
     local used = {}
@@ -861,9 +869,10 @@ local function at_end(g, st)
     return closure(g, st, 0) == true
 end
 
--- Whether g matches anywhere in s, or nil if that takes more than budget
--- transitions not in the cache (s has as many characters at most).
-local function search(g, s, budget)
+-- Whether g matches anywhere in s, or nil if that takes more than steps
+-- transitions not in the cache or more than work NFA states visited to
+-- compute them; and what is left of work.
+local function search(g, s, steps, work)
     local ascii = g.ascii
     local st = start(g)
     local n = #s
@@ -900,18 +909,20 @@ local function search(g, s, budget)
             c = nil
         end
         if c then
-            budget = budget - 1
-            if budget < 0 then
+            steps = steps - 1
+            if steps < 0 or work < 0 then
                 return nil
             end
-            st = step(g, st, c)
+            local cost
+            st, cost = step(g, st, c)
+            work = work - cost
             if st == FOUND or st == DEAD then
                 i = n + 2
             end
         elseif i > n + 1 then
-            return st == FOUND
+            return st == FOUND, work
         else
-            return at_end(g, st)
+            return at_end(g, st), work
         end
     end
 end
@@ -956,12 +967,15 @@ function _M.compile(patterns)
     return { groups = groups }, refused
 end
 
--- Whether any pattern of m matches s. With budget, nil when one of m's
--- automata needs more than budget transitions that are not in its cache.
-function _M.match(m, s, budget)
-    budget = budget or #s
+-- Whether any pattern of m matches s. With steps and work, nil when one of
+-- m's automata needs more than steps transitions not in its cache, or all
+-- of them more than work NFA states visited to compute theirs: how many
+-- automata the patterns fill must not multiply what a request can cost.
+function _M.match(m, s, steps, work)
+    steps, work = steps or huge, work or huge
     for _, g in ipairs(m.groups) do
-        local hit = search(g, s, budget)
+        local hit
+        hit, work = search(g, s, steps, work)
         if hit ~= false then
             return hit
         end
