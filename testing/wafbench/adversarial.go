@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -123,7 +124,7 @@ func advSites() []advSite {
 			"block_custom_ua": true, "custom_ua_patterns": badBotPatterns(),
 		}}, "true")},
 		{site: "adv-ua-backtrack", graph: checkGraph(obj{"type": "ua_check", "config": obj{
-			"block_custom_ua": true, "custom_ua_patterns": []string{"(a+)+$"},
+			"block_custom_ua": true, "custom_ua_patterns": costlyPatterns(),
 		}}, "true")},
 		{site: "adv-security", graph: checkGraph(obj{"type": "security_check", "config": allFlags}, "true")},
 		{site: "adv-pow", pow: true, graph: graph(obj{"type": "pow", "config": obj{
@@ -140,7 +141,7 @@ func columns() []column {
 		{"ip_match, 100 000-entry group", "adv-ip", false},
 		{"geo_match, 10 countries", "adv-geo", false},
 		{"ua_check, every rule, 32 patterns", "adv-ua", false},
-		{"ua_check, pattern (a+)+$", "adv-ua-backtrack", false},
+		{"ua_check, (a+)+$ and 31 × a[ab]{0,600}cN", "adv-ua-backtrack", false},
 		{"security_check, all flags", "adv-security", false},
 		{"pow, issue", "adv-pow", false},
 		{"pow, verify", "adv-pow", true},
@@ -161,6 +162,18 @@ func badBotPatterns() []string {
 		`^Mozilla/4\.0 \(compatible; MSIE [1-6]\.`, `^Java/1\.`, `libwww-perl`, `^$`)
 }
 
+// costlyPatterns are what costs a regex engine most, as many as a node
+// takes: backtracking for PCRE, and for waf/regex.lua hundreds of NFA states
+// live at once (each new combination of them a DFA state to compute), in
+// as many automata as the patterns fill.
+func costlyPatterns() []string {
+	p := []string{"(a+)+$"}
+	for i := range 31 {
+		p = append(p, fmt.Sprintf("a[ab]{0,600}c%d", i))
+	}
+	return p
+}
+
 // input is one request, sent to every column.
 type input struct {
 	name   string
@@ -168,10 +181,15 @@ type input struct {
 	header []string // header lines; a User-Agent of Chrome unless one is given
 	ctype  string   // the body's Content-Type
 	body   string
+	// ua, when set, makes the User-Agent of each request: one no cache has seen.
+	ua func() string
 }
 
 func (in input) size() int {
 	n := len(in.target) + len(in.body)
+	if in.ua != nil {
+		n += len(in.ua())
+	}
 	for _, h := range in.header {
 		n += len(h)
 	}
@@ -190,12 +208,15 @@ func (in input) request(host, target string) []byte {
 		target = "/"
 	}
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host)
-	ua := false
+	ua := in.ua != nil
 	for _, h := range in.header {
 		ua = ua || strings.HasPrefix(h, "User-Agent:")
 		b.WriteString(h + "\r\n")
 	}
-	if !ua {
+	switch {
+	case in.ua != nil:
+		b.WriteString("User-Agent: " + in.ua() + "\r\n")
+	case !ua:
 		b.WriteString("User-Agent: " + chromeUA + "\r\n")
 	}
 	if in.body != "" {
@@ -284,6 +305,7 @@ func advInputs(buffer int) []input {
 		{name: kb + " User-Agent: inner white space", header: []string{spaceUA}},
 		{name: kb + " User-Agent: browser-token prefixes", header: []string{fill("User-Agent: ", "chrom edg opr firefo safar androi iphon windo ", lineMax-2)}},
 		{name: "512-byte User-Agent: runs of 15 a", header: []string{"User-Agent: " + fill("", "aaaaaaaaaaaaaaa!", 512)}},
+		{name: "512-byte User-Agent: a and b at random, new at each request", ua: randomAB},
 		{name: bigName, header: big},
 		{name: fmt.Sprintf("8 KB JSON body, nested %d deep", jsonDepth), ctype: "application/json",
 			body: strings.Repeat(`{"a":`, jsonDepth) + "1" + strings.Repeat("}", jsonDepth)},
@@ -493,4 +515,21 @@ func (b *bench) adversarial(inputs []input, target bool) {
 
 func micros(d time.Duration) string {
 	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// uaDrawn seeds randomAB, so that no request repeats another's User-Agent.
+var uaDrawn uint64
+
+// randomAB is a User-Agent of 512 a's and b's drawn afresh for every
+// request (a lazily built DFA has seen none of them, and a worker's cache
+// holds a few requests' worth), ending in b so that (a+)+$ lets it pass.
+func randomAB() string {
+	uaDrawn++
+	r := rand.New(rand.NewPCG(uaDrawn, 2))
+	b := make([]byte, 512)
+	for k := range b {
+		b[k] = "ab"[r.IntN(2)]
+	}
+	b[len(b)-1] = 'b'
+	return string(b)
 }
