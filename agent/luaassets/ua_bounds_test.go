@@ -57,7 +57,7 @@ func startUABoundsRig(t *testing.T) *rig {
 		backtracking = append(backtracking, fmt.Sprintf("(a+)+$|zq%d", i))
 	}
 	nodes["backtrack32"] = obj{"block_custom_ua": true, "custom_ua_patterns": backtracking}
-	// Hundreds of NFA states live at once, in eleven automata.
+	// Hundreds of NFA states live at once.
 	wide := []string{"(a+)+$"}
 	for i := range 31 {
 		wide = append(wide, fmt.Sprintf("a[ab]{0,600}c%d", i))
@@ -291,7 +291,7 @@ func TestUACheckBounds(t *testing.T) {
 		}
 	})
 
-	t.Run("automata that keep hundreds of NFA states live share one budget", func(t *testing.T) {
+	t.Run("patterns that keep hundreds of NFA states live stop at the work budget", func(t *testing.T) {
 		expect("wide32", chromeUA, 200)
 		rnd := rand.New(rand.NewPCG(6, 6))
 		for range 3 {
@@ -304,7 +304,7 @@ func TestUACheckBounds(t *testing.T) {
 			if got.status != 403 {
 				t.Errorf("wide32 with a fresh 512-byte UA of a and b: got %d, want 403 (over the budget)", got.status)
 			}
-			// Each of the eleven automata making its 512 steps took 450 ms.
+			// Without the work budget it took 450 ms.
 			if cpu > 20*time.Millisecond {
 				t.Errorf("wide32 with a fresh 512-byte UA cost the workers %v, want < 20 ms", cpu)
 			}

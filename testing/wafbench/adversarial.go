@@ -164,8 +164,7 @@ func badBotPatterns() []string {
 
 // costlyPatterns are what costs a regex engine most, as many as a node
 // takes: backtracking for PCRE, and for waf/regex.lua hundreds of NFA states
-// live at once (each new combination of them a DFA state to compute), in
-// as many automata as the patterns fill.
+// live at once (each new combination of them a DFA state to compute).
 func costlyPatterns() []string {
 	p := []string{"(a+)+$"}
 	for i := range 31 {

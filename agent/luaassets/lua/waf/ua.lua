@@ -84,13 +84,13 @@ local MATCH_LIMIT = "(*LIMIT_MATCH=100000)"
 -- as a match, as every longer one did before.
 local MAX_MATCHED_UA = 512
 -- A step's cost grows with the NFA states live at once: a step of
--- a[ab]{0,600}c walks hundreds of them, and 32 such patterns fill eleven
--- automata, each with its own MAX_MATCHED_UA steps: 450 ms for one fresh
--- 512-byte UA of a's and b's. So the steps of all of a node's automata may
--- also visit at most MAX_MATCH_WORK NFA states between them (1.5 to 2 ms
--- of a worker); past that the UA counts as a match. A block list of 32 patterns
--- visits 2 000 to 10 000 for a 512-byte UA its cache has not seen, and
--- a[ab]{20}c 11 000, so up to that length those still get Go's answer.
+-- a[ab]{0,600}c walks hundreds of them, and under 32 such patterns one
+-- fresh 512-byte UA of a's and b's cost 450 ms. So the steps
+-- of a node's automata may also visit at most MAX_MATCH_WORK NFA states
+-- between them (1 to 2 ms of a worker); past that the UA counts as a
+-- match. A block list of 32 patterns visits 2 000 to 10 000 for a 512-byte
+-- UA its cache has not seen, and a[ab]{20}c 11 000, so up to that length
+-- those still get Go's answer.
 local MAX_MATCH_WORK = 16384
 -- Warms a fresh automaton's cache at compile time with the bytes of common
 -- User-Agents, so the first requests after a load are not the ones to pay
