@@ -310,6 +310,9 @@ func TestUACheckBounds(t *testing.T) {
 			}
 			t.Logf("wide32 with a fresh 512-byte UA: %v of worker CPU", cpu)
 		}
+		if n := r.countLines("openflare waf ua_check custom_ua_patterns needed more than 512 new DFA steps or 32768 NFA states for a User-Agent of 512 bytes, which counts as a match"); n < 1 || n > workers {
+			t.Errorf("the budget's warning was logged %d times, want once per worker that hit it (1 to %d)", n, workers)
+		}
 	})
 
 	t.Run("32 patterns of up to 256 bytes", func(t *testing.T) {

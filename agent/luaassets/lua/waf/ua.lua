@@ -87,11 +87,13 @@ local MAX_MATCHED_UA = 512
 -- a[ab]{0,600}c walks hundreds of them, and under 32 such patterns one
 -- fresh 512-byte UA of a's and b's cost 450 ms. So the steps
 -- of a node's automata may also visit at most MAX_MATCH_WORK NFA states
--- between them (1 to 2 ms of a worker); past that the UA counts as a
--- match. A block list of 32 patterns visits 2 000 to 10 000 for a 512-byte
--- UA its cache has not seen, and a[ab]{20}c 11 000, so up to that length
--- those still get Go's answer.
-local MAX_MATCH_WORK = 16384
+-- between them (2 to 3 ms of a worker); past that the UA counts as a
+-- match, logged once per worker and node. A block list of 32 patterns
+-- visits 2 000 to 10 000 for a 512-byte UA its cache has not seen, and
+-- a[ab]{20}c 11 000, so up to that length those still get Go's answer;
+-- patterns with long counted repeats of broad classes (.{0,200}) whose
+-- DFA outgrows the cache are what can reach it on an ordinary UA.
+local MAX_MATCH_WORK = 32768
 -- Warms a fresh automaton's cache at compile time with the bytes of common
 -- User-Agents, so the first requests after a load are not the ones to pay
 -- for them (600 us for a Chrome UA and 32 patterns).
@@ -375,9 +377,18 @@ function _M.check(config, req)
     end
     if c.block_custom_ua then
         local m = c.automaton
-        -- nil: over the budget (MAX_MATCHED_UA, MAX_MATCH_WORK), a match.
-        if m and regex.match(m, ua, MAX_MATCHED_UA, MAX_MATCH_WORK) ~= false then
-            return false
+        if m then
+            local hit = regex.match(m, ua, MAX_MATCHED_UA, MAX_MATCH_WORK)
+            if hit == nil and not c.over_budget then
+                c.over_budget = true
+                ngx.log(ngx.WARN, "openflare waf ua_check custom_ua_patterns needed more than ", MAX_MATCHED_UA,
+                    " new DFA steps or ", MAX_MATCH_WORK, " NFA states for a User-Agent of ", #ua,
+                    " bytes, which counts as a match (long counted repeats such as .{0,200} cost the most);",
+                    " logged once per worker")
+            end
+            if hit ~= false then
+                return false
+            end
         end
         if #c.patterns > 0 then
             if #ua > MAX_MATCHED_UA then
