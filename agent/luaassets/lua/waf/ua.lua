@@ -23,9 +23,9 @@
 -- classifying take a fixed number of steps per byte; the automaton one
 -- table read per character once its cache holds the way (3.6 ns a byte
 -- with the JIT), and one pass over the NFA for each step it has not cached
--- (2 to 4 us for block-list patterns; up to 100 us for one of a thousand
--- NFA states kept live at once), at most MAX_MATCHED_UA of those per
--- request. The PCRE patterns, at most MAX_PATTERNS of them, run under a
+-- (2 to 4 us for block-list patterns; up to 50 us for one of a thousand
+-- NFA states kept live at once), at most MAX_MATCHED_UA of those and
+-- MAX_MATCH_WORK NFA states visited per request. The PCRE patterns, at most MAX_PATTERNS of them, run under a
 -- match limit against User-Agents of at most MAX_MATCHED_UA bytes.
 
 local aho = require("waf.aho")
