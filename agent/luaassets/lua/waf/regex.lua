@@ -62,17 +62,22 @@ local BAD = 0xFFFD
 -- patterns hold a few dozen (2 to 4 us a transition), while a pattern of a
 -- thousand states that keeps hundreds of them live at once, such as
 -- a[ab]{0,600}c on a random string of a's and b's, costs 15 to 50 us.
--- GROUP_INSTS is what patterns sharing one DFA may add up to: as much as
--- 32 patterns of MAX_INSTS, so that one DFA reads the subject once. What
--- its transitions may cost a request is the caller's budget (match), and
--- splitting 32 such patterns into eleven DFAs made an 8 KB subject cost
--- eleven readings (600 against 46 us).
+-- GROUP_INSTS is what patterns sharing one DFA may add up to. More would
+-- make one DFA read the subject instead of several (32 wide patterns fill
+-- eleven: 600 us for an 8 KB subject), but a DFA's class tables grow as its
+-- range sets times its character classes: 32 patterns of many ranges took
+-- 15 MB of a worker in one DFA, 6.7 MB in sixteen. What the DFAs' misses
+-- cost a request is the caller's budget either way (match).
 local MAX_INSTS = 2000
-local GROUP_INSTS = 32 * MAX_INSTS
+local GROUP_INSTS = 4000
 -- The DFA cache: at most MAX_STATES states holding MAX_KERNEL NFA states
 -- between them, per matcher and worker, then it starts afresh.
 local MAX_STATES = 2000
 local MAX_KERNEL = 100000
+-- ...and at most MAX_SLOTS transition slots: a state has one per character
+-- class, and patterns of many ranges make hundreds of classes (a state
+-- of 1 700 is 13 KB).
+local MAX_SLOTS = 262144
 
 -- Instruction ops.
 local CHAR, SPLIT, ASSERT, MATCH = 1, 2, 3, 4
@@ -656,6 +661,9 @@ local FOUND, DEAD = {}, {}
 local EMPTY = {}
 
 local marks, gen, stack = {}, 0, {}
+-- What computing transitions has cost so far: instructions walked, copied
+-- and compared, and slots of new states (search charges the difference).
+local spent = 0
 
 -- Adds to chars the CHARs reachable from kernel without reading a
 -- character, between characters of the kinds in ctx (before * 4 + after),
@@ -668,9 +676,11 @@ local function walk(g, kernel, ctx, chars)
         sp = sp + 1
         stack[sp] = kernel[k]
     end
+    local pops = 0
     while sp > 0 do
         local pc = stack[sp]
         sp = sp - 1
+        pops = pops + 1
         if marks[pc] ~= gen then
             marks[pc] = gen
             local o = op[pc]
@@ -686,10 +696,12 @@ local function walk(g, kernel, ctx, chars)
                     stack[sp] = x[pc]
                 end
             else
+                spent = spent + pops
                 return true
             end
         end
     end
+    spent = spent + pops
     return false
 end
 
@@ -712,6 +724,7 @@ local function closure(g, st, nxt)
             chars[k] = implicit[k]
             marks[implicit[k]] = gen
         end
+        spent = spent + #implicit
         if walk(g, st.kernel, ctx, chars) then
             chars = true
         end
@@ -730,7 +743,7 @@ end
 -- the sums stay exact in a double) and told apart from others of that sum
 -- by their members. Sorting the kernel and joining it into a string key
 -- cost three quarters of a transition on a kernel of a thousand states.
-local weight = {}
+local weight, seed = {}, 1
 
 -- The cached state for kernel after a character of kind prev. Every member
 -- of kernel, and nothing else, is marked with the current generation, and
@@ -746,6 +759,7 @@ local function state(g, kernel, prev, sum)
     while st do
         local other = st.kernel
         if #other == n then
+            spent = spent + n
             local same = true
             for k = 1, n do
                 if marks[other[k]] ~= gen then
@@ -759,9 +773,10 @@ local function state(g, kernel, prev, sum)
         end
         st = st.collides
     end
-    if g.nstates >= MAX_STATES or g.nkernel + n > MAX_KERNEL then
+    if g.nstates >= MAX_STATES or g.nkernel + n > MAX_KERNEL or (g.nstates + 1) * g.ncls > MAX_SLOTS then
         flush(g)
     end
+    spent = spent + g.ncls
     -- Transitions by class, in the array part.
     st = new_tab(g.ncls, 5)
     st.kernel, st.prev, st.closures = kernel, prev, {}
@@ -785,12 +800,11 @@ local function start(g)
     return g.start
 end
 
--- The transition of st on class c, computed and cached, and what computing
--- it cost: the NFA states it went through.
+-- The transition of st on class c, computed and cached.
 local function step(g, st, c)
     local kind = g.kind[c]
     local chars = closure(g, st, kind)
-    local nx, cost = FOUND, #st.kernel
+    local nx = FOUND
     if chars ~= true then
         local x, y, member = g.x, g.y, g.member
         gen = gen + 1
@@ -806,11 +820,11 @@ local function step(g, st, c)
                 sum = sum + weight[to]
             end
         end
+        spent = spent + nc
         nx = state(g, kernel, kind, sum)
-        cost = cost + nc
     end
     st[c] = nx
-    return nx, cost
+    return nx
 end
 
 -- Builds a matcher of prog (entry at prog's last instruction).
@@ -818,7 +832,8 @@ local function build(prog, entry)
     local g = { op = prog.op, x = prog.x, y = prog.y, entry = entry }
     -- marks too is filled in order, to keep it in the array part
     for pc = #weight + 1, prog.n do
-        weight[pc] = (pc * 2654435761) % 2147483629 + 1
+        seed = seed * 48271 % 2147483647 -- MINSTD: sums of pcs do not carry over
+        weight[pc] = seed
         marks[pc] = 0
     end
     g.ascii, g.hi_start, g.hi_cls, g.member, g.kind, g.ncls = classes(prog)
@@ -874,8 +889,8 @@ local function at_end(g, st)
 end
 
 -- Whether g matches anywhere in s, or nil if that takes more than steps
--- transitions not in the cache or more than work NFA states visited to
--- compute them; and what is left of work.
+-- transitions not in the cache or costs more than work to compute them
+-- (spent); and what is left of work.
 local function search(g, s, steps, work)
     local ascii = g.ascii
     local st = start(g)
@@ -917,16 +932,18 @@ local function search(g, s, steps, work)
             if steps < 0 or work < 0 then
                 return nil
             end
-            local cost
-            st, cost = step(g, st, c)
-            work = work - cost
+            local before = spent
+            st = step(g, st, c)
+            work = work - (spent - before)
             if st == FOUND or st == DEAD then
                 i = n + 2
             end
         elseif i > n + 1 then
             return st == FOUND, work
         else
-            return at_end(g, st), work
+            local before = spent
+            local hit = at_end(g, st)
+            return hit, work - (spent - before)
         end
     end
 end
@@ -973,7 +990,7 @@ end
 
 -- Whether any pattern of m matches s. With steps and work, nil when one of
 -- m's automata needs more than steps transitions not in its cache, or all
--- of them more than work NFA states visited to compute theirs: how many
+-- of them cost more than work to compute theirs: how many
 -- automata the patterns fill must not multiply what a request can cost.
 function _M.match(m, s, steps, work)
     steps, work = steps or huge, work or huge

@@ -25,8 +25,9 @@
 -- with the JIT), and one pass over the NFA for each step it has not cached
 -- (2 to 4 us for block-list patterns; up to 50 us for one of a thousand
 -- NFA states kept live at once), at most MAX_MATCHED_UA of those and
--- MAX_MATCH_WORK NFA states visited per request. The PCRE patterns, at most MAX_PATTERNS of them, run under a
--- match limit against User-Agents of at most MAX_MATCHED_UA bytes.
+-- MAX_MATCH_WORK of work per request. The PCRE patterns, at most
+-- MAX_PATTERNS of them, run under a match limit against User-Agents of at
+-- most MAX_MATCHED_UA bytes.
 
 local aho = require("waf.aho")
 local regex = require("waf.regex")
@@ -86,14 +87,15 @@ local MAX_MATCHED_UA = 512
 -- A step's cost grows with the NFA states live at once: a step of
 -- a[ab]{0,600}c walks hundreds of them, and under 32 such patterns one
 -- fresh 512-byte UA of a's and b's cost 450 ms. So the steps
--- of a node's automata may also visit at most MAX_MATCH_WORK NFA states
--- between them (2 to 3 ms of a worker); past that the UA counts as a
--- match, logged once per worker and node. A block list of 32 patterns
--- visits 2 000 to 10 000 for a 512-byte UA its cache has not seen, and
--- a[ab]{20}c 11 000, so up to that length those still get Go's answer;
+-- of a node's automata may also cost at most MAX_MATCH_WORK between them
+-- (NFA instructions walked, copied and compared, and slots of new DFA
+-- states: 2 to 4 ms of a worker); past that the UA counts as a match,
+-- logged once per worker and node. A block list of 32 patterns costs
+-- 5 000 to 13 500 for a 512-byte UA its cache has not seen, and
+-- a[ab]{20}c 14 600, so up to that length those still get Go's answer;
 -- patterns with long counted repeats of broad classes (.{0,200}) whose
 -- DFA outgrows the cache are what can reach it on an ordinary UA.
-local MAX_MATCH_WORK = 32768
+local MAX_MATCH_WORK = 65536
 -- Warms a fresh automaton's cache at compile time with the bytes of common
 -- User-Agents, so the first requests after a load are not the ones to pay
 -- for them (600 us for a Chrome UA and 32 patterns).
@@ -382,7 +384,7 @@ function _M.check(config, req)
             if hit == nil and not c.over_budget then
                 c.over_budget = true
                 ngx.log(ngx.WARN, "openflare waf ua_check custom_ua_patterns needed more than ", MAX_MATCHED_UA,
-                    " new DFA steps or ", MAX_MATCH_WORK, " NFA states for a User-Agent of ", #ua,
+                    " new DFA steps or ", MAX_MATCH_WORK, " units of work for a User-Agent of ", #ua,
                     " bytes, which counts as a match (long counted repeats such as .{0,200} cost the most);",
                     " logged once per worker")
             end
