@@ -269,13 +269,7 @@ func TestUACheckBounds(t *testing.T) {
 
 	t.Run("a long UA may cost the automaton 512 steps, then counts as a match", func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(5, 5))
-		ab := func(n int) string {
-			b := make([]byte, n)
-			for i := range b {
-				b[i] = "ab"[rnd.IntN(2)]
-			}
-			return string(b)
-		}
+		ab := func(n int) string { return randomAB(rnd, n) }
 		// Each UA is new to the cache. Up to 512 bytes, Go's answer.
 		expect("thrash", ab(512), 200)
 		ua := ab(500) + "c"
@@ -305,12 +299,8 @@ func TestUACheckBounds(t *testing.T) {
 		for _, site := range []string{"wide32", "empty32"} {
 			expect(site, chromeUA, 200)
 			for range 3 {
-				b := make([]byte, 512)
-				for i := range b {
-					b[i] = "ab"[rnd.IntN(2)]
-				}
-				b[len(b)-1] = 'b' // (a+)+$ does not match it, nor does any other
-				got, cpu := r.rawUARunTime(site, string(b))
+				// (a+)+$ does not match it, nor does any other
+				got, cpu := r.rawUARunTime(site, randomAB(rnd, 511)+"b")
 				if got.status != 403 {
 					t.Errorf("%s with a fresh 512-byte UA of a and b: got %d, want 403 (over the budget)", site, got.status)
 				}
@@ -392,4 +382,14 @@ func TestUACheckBacktrackingPatterns(t *testing.T) {
 		}
 		t.Logf("%s with %.20q… (%d bytes): %v of worker CPU", c.site, c.ua, len(c.ua), best)
 	}
+}
+
+// randomAB is n bytes of a's and b's drawn from rnd: User-Agents no DFA
+// cache has seen.
+func randomAB(rnd *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = "ab"[rnd.IntN(2)]
+	}
+	return string(b)
 }
