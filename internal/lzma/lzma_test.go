@@ -12,17 +12,22 @@ import (
 	"strings"
 	"testing"
 
+	"openflare/testing/hostexec"
 	"openflare/testing/xztest"
 )
 
 // runXZ pipes in through the xz tool, skipping the test when it is missing.
 func runXZ(t testing.TB, in []byte, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(xztest.Path(t), args...)
-	cmd.Stdin = bytes.NewReader(in)
+	xz := xztest.Path(t)
 	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
+	err := hostexec.Run(t, func() *exec.Cmd {
+		cmd := exec.Command(xz, args...)
+		cmd.Stdin = bytes.NewReader(in)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		return cmd
+	})
+	if err != nil {
 		t.Fatalf("xz %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out.Bytes()

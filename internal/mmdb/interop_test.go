@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"openflare/testing/hostexec"
 )
 
 // The interop test writes databases with MaxMind's own writer (Debian
@@ -74,7 +76,7 @@ func interopTools(t *testing.T) {
 	if _, err := exec.LookPath("mmdblookup"); err != nil {
 		t.Skip("mmdblookup is not installed (Debian package mmdb-bin): skipping the comparison with libmaxminddb")
 	}
-	if out, err := exec.Command("perl", "-MMaxMind::DB::Writer::Tree", "-e", "1").CombinedOutput(); err != nil {
+	if out, err := hostexec.CombinedOutput(t, func() *exec.Cmd { return exec.Command("perl", "-MMaxMind::DB::Writer::Tree", "-e", "1") }); err != nil {
 		t.Skipf("MaxMind's Perl writer is not installed (Debian package libmaxmind-db-writer-perl): %v: %s", err, bytes.TrimSpace(out))
 	}
 }
@@ -88,9 +90,11 @@ func mmdblookup(t *testing.T, file string, ip netip.Addr, path ...string) (v any
 	// package looks it up as the IPv4 address it is, so compare that.
 	args := append([]string{"--file", file, "--ip", ip.Unmap().String(), "--"}, path...)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("mmdblookup", args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err := hostexec.Run(t, func() *exec.Cmd {
+		cmd := exec.Command("mmdblookup", args...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return cmd
+	})
 	switch out := stdout.String() + stderr.String(); {
 	case strings.Contains(out, "Could not find an entry"),
 		strings.Contains(out, "lookup path does not match the data"),
@@ -247,7 +251,9 @@ func TestInteropMaxMind(t *testing.T) {
 			if c.alias {
 				alias = "1"
 			}
-			if out, err := exec.Command("perl", script, file, strconv.Itoa(c.ipVersion), strconv.Itoa(c.recordSize), alias).CombinedOutput(); err != nil {
+			if out, err := hostexec.CombinedOutput(t, func() *exec.Cmd {
+				return exec.Command("perl", script, file, strconv.Itoa(c.ipVersion), strconv.Itoa(c.recordSize), alias)
+			}); err != nil {
 				t.Fatalf("perl writer: %v: %s", err, out)
 			}
 			r, err := Open(file)

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"openflare/testing/hostexec"
 )
 
 const sevenZip = "/usr/bin/7zz"
@@ -115,9 +117,12 @@ func scanTree(t testing.TB, dir string) map[string]want {
 func run7zz(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "a.7z")
-	cmd := exec.Command(sevenZip, append(append([]string{"a", "-bd", "-bso0", "-bsp0", "-mmt=2"}, args...), out, ".")...)
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
+	b, err := hostexec.CombinedOutput(t, func() *exec.Cmd {
+		cmd := exec.Command(sevenZip, append(append([]string{"a", "-bd", "-bso0", "-bsp0", "-mmt=2"}, args...), out, ".")...)
+		cmd.Dir = dir
+		return cmd
+	})
+	if err != nil {
 		t.Fatalf("7zz %v: %v\n%s", args, err, b)
 	}
 	return out

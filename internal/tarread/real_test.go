@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"openflare/testing/hostexec"
 )
 
 var (
@@ -59,8 +61,8 @@ func tree(t testing.TB, short, sparse bool) string {
 	return dir
 }
 
-func haveGNUTar() bool {
-	out, err := exec.Command("tar", "--version").Output()
+func haveGNUTar(t testing.TB) bool {
+	out, err := hostexec.Output(t, func() *exec.Cmd { return exec.Command("tar", "--version") })
 	return err == nil && bytes.Contains(out, []byte("GNU tar"))
 }
 
@@ -79,7 +81,7 @@ func put(t testing.TB, dir, name, data string) {
 // gnuTar archives dir with GNU tar, or skips.
 func gnuTar(t testing.TB, dir string, args ...string) []byte {
 	t.Helper()
-	if !haveGNUTar() {
+	if !haveGNUTar(t) {
 		t.Skip("no GNU tar command")
 	}
 	out := filepath.Join(t.TempDir(), "out.tar")
@@ -94,11 +96,12 @@ func gnuTar(t testing.TB, dir string, args ...string) []byte {
 
 func run(t testing.TB, dir, name string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := hostexec.Output(t, func() *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Stderr = dir, &stderr
+		return cmd
+	})
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.Bytes())
 	}
@@ -278,7 +281,7 @@ func TestGitArchive(t *testing.T) {
 
 // realArchives are small archives of GNU tar's formats, for fuzz seeds.
 func realArchives(t testing.TB) [][]byte {
-	if !haveGNUTar() {
+	if !haveGNUTar(t) {
 		return nil
 	}
 	var out [][]byte

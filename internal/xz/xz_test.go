@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"openflare/testing/hostexec"
 	"openflare/testing/xztest"
 )
 
@@ -28,9 +29,12 @@ func compress(t testing.TB, data []byte, args ...string) []byte {
 		t.Fatal(err)
 	}
 	var out, stderr bytes.Buffer
-	cmd := exec.Command(xz, append(append([]string{"-c", "-k"}, args...), in)...)
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
+	err := hostexec.Run(t, func() *exec.Cmd {
+		cmd := exec.Command(xz, append(append([]string{"-c", "-k"}, args...), in)...)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		return cmd
+	})
+	if err != nil {
 		t.Fatalf("xz %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out.Bytes()
@@ -152,9 +156,13 @@ func TestConcatenated(t *testing.T) {
 	padded = append(padded, make([]byte, 4)...)
 	mustDecode(t, padded, want)
 	// The xz tool agrees with that reading.
-	cmd := exec.Command(xztest.Path(t), "-dc")
-	cmd.Stdin = bytes.NewReader(padded)
-	if out, err := cmd.Output(); err != nil || !bytes.Equal(out, want) {
+	xz := xztest.Path(t)
+	out, err := hostexec.Output(t, func() *exec.Cmd {
+		cmd := exec.Command(xz, "-dc")
+		cmd.Stdin = bytes.NewReader(padded)
+		return cmd
+	})
+	if err != nil || !bytes.Equal(out, want) {
 		t.Fatalf("xz -d on the padded file: %v", err)
 	}
 	// Padding not a multiple of 4 is invalid.
