@@ -48,9 +48,12 @@ var (
 // nothing.
 func Run(t testing.TB, mk func() *exec.Cmd) error {
 	t.Helper()
-	var err error
+	var (
+		cmd *exec.Cmd
+		err error
+	)
 	for try := 1; try <= tries; try++ {
-		cmd := mk()
+		cmd = mk()
 		if err = start(cmd); err != nil {
 			return err
 		}
@@ -60,7 +63,7 @@ func Run(t testing.TB, mk func() *exec.Cmd) error {
 		}
 		t.Logf("hostexec: %s: killed as a qemu-user fork stuck before execve (a start lasting over %v sets the watchdog off); starting it again (start %d of %d)", cmd.Path, stuckAfter, try, tries)
 	}
-	return fmt.Errorf("%s: stuck before execve in all %d starts: %w", mk().Path, tries, err)
+	return fmt.Errorf("%s: stuck before execve in all %d starts: %w", cmd.Path, tries, err)
 }
 
 // Output runs the command mk makes and returns its standard output, like
