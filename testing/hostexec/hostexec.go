@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"openflare/internal/linux"
 )
 
 // A healthy fork and exec takes milliseconds, also under qemu on a loaded
@@ -125,16 +127,19 @@ func takeKilled(pid int) bool {
 // killEmulatorChildren kills the children of this process whose executable
 // is qemu-user's, and returns their pids. Under qemu-user the guest's
 // getpid is the emulator's pid, and /proc of another pid is the real one.
+// /proc is scanned whole: a Go process forks from any of its threads, and
+// a thread's children file lists only its own.
 func killEmulatorChildren() []int {
 	self := os.Getpid()
-	ents, _ := os.ReadDir("/proc")
+	proc := linux.Default()
+	all, _ := proc.PIDs()
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || parentOf(pid) != self {
+	for _, pid := range all {
+		p, err := proc.Process(pid)
+		if err != nil || p.PPID != self || p.Zombie() {
 			continue
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		exe, err := os.Readlink(filepath.Join(proc.Proc, strconv.Itoa(pid), "exe"))
 		if err != nil || !strings.HasPrefix(filepath.Base(exe), "qemu-") {
 			continue
 		}
@@ -150,27 +155,4 @@ func killEmulatorChildren() []int {
 		pids = append(pids, pid)
 	}
 	return pids
-}
-
-// parentOf returns the parent pid of pid from /proc/pid/stat, or -1. The
-// command name in parentheses may hold spaces and parentheses, so the
-// fields are counted after the last ')'.
-func parentOf(pid int) int {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return -1
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return -1
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return -1
-	}
-	return ppid
 }
